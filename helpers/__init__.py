@@ -1,0 +1,63 @@
+"""DataLoader Lab helpers: workloads, the timeline instrument, the step-time model,
+plots and the explorer widget.
+
+Notebooks call these; nothing that runs in a DataLoader worker is defined in a
+notebook cell. Plots and widgets load lazily, so a worker process that imports
+``helpers`` (under spawn or forkserver) does not pay for matplotlib or ipywidgets.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from .config import available_cores, is_smoke, seconds, sized
+from .datasets import (
+    BatchedTutorialDataset,
+    BatchedWorkDataset,
+    SleepDataset,
+    SleepStream,
+    TutorialDataset,
+    WorkDataset,
+    burn_cpu,
+    mnist_like,
+)
+from .loaders import HAS_IN_ORDER, check_loader_args, make_loader
+from .models import ForumMLP, ModelledStep, TrainStep, TutorialNet
+from .system import describe_machine, get_device, save_results
+from .theory import (
+    first_batch_time,
+    recommend_num_workers,
+    simulate,
+    simulated_intervals,
+    step_time,
+)
+from .timeline import MAIN_PROCESS, BatchRecord, EpochRecord, Timeline, record
+
+_LAZY = {
+    "plot_timeline": "plots",
+    "plot_timelines": "plots",
+    "plot_intervals": "plots",
+    "plot_step_time_model": "plots",
+    "TimelineExplorer": "widgets",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        module = importlib.import_module(f".{_LAZY[name]}", __name__)
+        return getattr(module, name)
+    raise AttributeError(f"module 'helpers' has no attribute {name!r}")
+
+
+__all__ = [
+    "MAIN_PROCESS", "HAS_IN_ORDER", "BatchRecord", "EpochRecord", "Timeline", "record",
+    "available_cores", "is_smoke", "seconds", "sized",
+    "BatchedTutorialDataset", "BatchedWorkDataset", "SleepDataset", "SleepStream",
+    "TutorialDataset", "WorkDataset", "burn_cpu", "mnist_like",
+    "check_loader_args", "make_loader",
+    "ForumMLP", "ModelledStep", "TrainStep", "TutorialNet",
+    "describe_machine", "get_device", "save_results",
+    "first_batch_time", "recommend_num_workers", "simulate", "simulated_intervals", "step_time",
+    *_LAZY,
+]

@@ -1,0 +1,117 @@
+"""What machine the lab runs on, which device to use, and where results go."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import multiprocessing as mp
+import platform
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from . import config
+
+
+def get_device(prefer: str | None = None) -> torch.device:
+    """The lab's one device choice: CUDA when present, else CPU.
+
+    ``prefer="cpu"`` forces the CPU even where a GPU exists.
+    """
+    if prefer is not None:
+        return torch.device(prefer)
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def accelerator_name() -> str | None:
+    """The GPU's name, or None on a CPU-only machine."""
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_name(0)
+    return None
+
+
+def default_start_method() -> str:
+    """The start method DataLoader workers get when none is chosen."""
+    return mp.get_start_method(allow_none=True) or mp.get_context().get_start_method()
+
+
+def shm_info(path: str = "/dev/shm") -> dict[str, float] | None:
+    """Size and free space of the shared-memory filesystem in bytes, or None if absent."""
+    if not Path(path).is_dir():
+        return None
+    usage = shutil.disk_usage(path)
+    return {"total_bytes": float(usage.total), "free_bytes": float(usage.free)}
+
+
+class MachineDescription(dict):
+    """A dict of machine facts that prints as a short table."""
+
+    def rows(self) -> list[tuple[str, str]]:
+        shm = self["shm"]
+        shm_text = (
+            "not present (macOS/Windows)"
+            if shm is None
+            else f"{shm['total_bytes'] / 2**30:.2f} GiB, {shm['free_bytes'] / 2**30:.2f} GiB free"
+        )
+        return [
+            ("cores available", str(self["cores"])),
+            ("python", self["python"]),
+            ("torch", self["torch"]),
+            ("torchvision", self["torchvision"] or "not installed"),
+            ("accelerator", self["accelerator"] or "CPU only (the lab models the step)"),
+            ("start method", f"{self['start_method']} (available: {', '.join(self['start_methods'])})"),
+            ("/dev/shm", shm_text),
+            ("smoke mode", "on" if self["smoke"] else "off"),
+        ]
+
+    def __str__(self) -> str:
+        width = max(len(k) for k, _ in self.rows())
+        return "\n".join(f"{k:<{width}}  {v}" for k, v in self.rows())
+
+    def _repr_html_(self) -> str:
+        body = "".join(f"<tr><th style='text-align:left'>{k}</th><td style='text-align:left'>{v}</td></tr>"
+                       for k, v in self.rows())
+        return f"<table>{body}</table>"
+
+
+def describe_machine() -> MachineDescription:
+    """Cores, Python, torch, torchvision, accelerator, start method, /dev/shm, smoke mode."""
+    try:
+        import torchvision
+
+        tv_version: str | None = torchvision.__version__
+    except ImportError:
+        tv_version = None
+    return MachineDescription(
+        cores=config.available_cores(),
+        platform=platform.platform(),
+        python=sys.version.split()[0],
+        torch=torch.__version__,
+        torchvision=tv_version,
+        accelerator=accelerator_name(),
+        start_method=default_start_method(),
+        start_methods=mp.get_all_start_methods(),
+        shm=shm_info(),
+        smoke=config.is_smoke(),
+    )
+
+
+def save_results(notebook: str, results: dict[str, Any]) -> Path:
+    """Write ``results/<notebook>.json``: the headline measurements plus the machine.
+
+    ``results`` must be JSON-serialisable (numbers, strings, lists, dicts).
+    """
+    out_dir = config.results_dir()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{notebook}.json"
+    payload = {
+        "notebook": notebook,
+        "written": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "machine": dict(describe_machine()),
+        "results": results,
+    }
+    path.write_text(json.dumps(payload, indent=2, sort_keys=True))
+    return path
