@@ -15,6 +15,7 @@ Two kinds of cost are modelled:
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator, Sequence
 
@@ -62,6 +63,44 @@ class SleepDataset(Dataset):
 
     def __getitem__(self, index: int) -> int:
         time.sleep(self.load_s)
+        return int(index)
+
+
+class TaggedDataset(SleepDataset):
+    """Like :class:`SleepDataset`, but item ``i`` says who built it:
+    ``{"index": i, "worker": worker id or -1, "pid": process id, "tag": self.tag}``.
+
+    ``tag`` is an attribute a ``worker_init_fn`` (or the main process) may set, to
+    show which copy of the dataset a worker holds.
+    """
+
+    def __init__(self, length: int, load_s: float = 0.0, tag: str = ""):
+        super().__init__(length, load_s)
+        self.tag = tag
+
+    def __getitem__(self, index: int) -> dict[str, int | str]:
+        time.sleep(self.load_s)
+        info = get_worker_info()
+        return {"index": int(index), "worker": -1 if info is None else info.id,
+                "pid": os.getpid(), "tag": self.tag}
+
+
+class StragglerDataset(SleepDataset):
+    """:class:`SleepDataset` where one item in ``every`` is ``factor`` times slower
+    (items ``i`` with ``i % every == offset``): a few slow samples among many."""
+
+    def __init__(self, length: int, load_s: float, *, every: int = 20, factor: float = 10.0,
+                 offset: int = 0):
+        super().__init__(length, load_s)
+        if every < 1 or factor < 1:
+            raise ValueError(f"every must be >= 1 and factor >= 1, got {every} and {factor}")
+        self.every, self.factor, self.offset = every, factor, offset
+
+    def is_slow(self, index: int) -> bool:
+        return index % self.every == self.offset % self.every
+
+    def __getitem__(self, index: int) -> int:
+        time.sleep(self.load_s * (self.factor if self.is_slow(index) else 1.0))
         return int(index)
 
 

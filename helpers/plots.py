@@ -1,0 +1,217 @@
+"""Pictures of timelines: one row per worker, one row for the training loop."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import matplotlib
+import matplotlib.pyplot as plt
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+
+from .theory import PlannedBatch
+from .timeline import MAIN_PROCESS, Timeline
+
+COLORS = {
+    "fetch": matplotlib.colormaps["tab10"](0),  # blue
+    "wait": matplotlib.colormaps["tab10"](3),  # red
+    "step": matplotlib.colormaps["tab10"](2),  # green
+    "pin": matplotlib.colormaps["tab10"](4),  # purple
+    "startup": "0.75",
+    "model": matplotlib.colormaps["tab10"](1),  # orange
+}
+_BAR_HEIGHT = 0.7
+_CHAR_FRACTION = 0.0075  # width of one label character as a fraction of the time axis
+
+
+def _rows(tl: Timeline) -> list[tuple[str, str, int | None]]:
+    """(label, kind, worker) per row, top to bottom."""
+    rows: list[tuple[str, str, int | None]] = [("loop", "loop", None)]
+    if any(b.pin_start is not None for b in tl.batches):
+        rows.append(("pin thread", "pin", None))
+    workers = tl.workers or list(range(tl.config.get("num_workers") or 0)) or [MAIN_PROCESS]
+    for w in workers:
+        rows.append(("main fetch" if w == MAIN_PROCESS else f"worker {w}", "worker", w))
+    return rows
+
+
+def _label_bars(ax: Axes, spans: list[tuple[float, float, str]], y: float, span_s: float,
+                color: str = "white") -> None:
+    for start, width, text in spans:
+        if width > (len(text) + 1) * _CHAR_FRACTION * span_s:
+            ax.text(start + width / 2, y, text, ha="center", va="center", fontsize=7,
+                    color=color, clip_on=True)
+
+
+def summary_line(tl: Timeline) -> str:
+    """The headline numbers of a timeline in one line."""
+    s = tl.summary()
+    return (
+        f"{s['batches']} batches in {s['wall_s']:.2f} s · mean step interval "
+        f"{s['mean_step_interval_s']:.3f} s · loop waiting {s['wait_fraction']:.0%} · "
+        f"first batch {s['first_batch_s']:.2f} s"
+    )
+
+
+def plot_timeline(
+    tl: Timeline,
+    ax: Axes | None = None,
+    *,
+    title: str | None = None,
+    label_batches: bool = True,
+    xlim: tuple[float, float] | None = None,
+    legend: bool = True,
+) -> Axes:
+    """Draw a Gantt chart of one recording.
+
+    Rows: the training loop (waiting in red, stepping in green, iterator start-up
+    in grey), the pinning thread when ``pin_memory`` was on (purple), and one row
+    per worker (fetches in blue, labelled with the batch's arrival index; worker
+    start-up in grey). Dashed lines mark epoch starts. The title carries the
+    loader's settings and the summary numbers.
+    """
+    rows = _rows(tl)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(12, 1.2 + 0.42 * len(rows)), layout="constrained")
+    y_of = {(kind, worker): len(rows) - 1 - i for i, (_, kind, worker) in enumerate(rows)}
+    span_s = max(tl.wall_s, 1e-9) if xlim is None else xlim[1] - xlim[0]
+    half = _BAR_HEIGHT / 2
+    multi_epoch = len(tl.epochs) > 1
+
+    def name(b) -> str:
+        return f"{b.epoch}.{b.index}" if multi_epoch else str(b.index)
+
+    loop_y = y_of[("loop", None)]
+    startup = [(e.iter_start, e.startup_s) for e in tl.epochs]
+    ax.broken_barh(startup, (loop_y - half, _BAR_HEIGHT), color=COLORS["startup"])
+    waits = [(b.wait_start, b.wait_s) for b in tl.batches]
+    steps = [(b.ready, b.step_s) for b in tl.batches]
+    ax.broken_barh(waits, (loop_y - half, _BAR_HEIGHT), color=COLORS["wait"])
+    ax.broken_barh(steps, (loop_y - half, _BAR_HEIGHT), color=COLORS["step"])
+    if label_batches:
+        _label_bars(ax, [(b.ready, b.step_s, name(b)) for b in tl.batches], loop_y, span_s)
+
+    if ("pin", None) in y_of:
+        pin_y = y_of[("pin", None)]
+        pins = [(b.pin_start, b.pin_end - b.pin_start) for b in tl.batches
+                if b.pin_start is not None and b.pin_end is not None]
+        ax.broken_barh(pins, (pin_y - half, _BAR_HEIGHT), color=COLORS["pin"])
+
+    for (kind, worker), y in y_of.items():
+        if kind != "worker":
+            continue
+        mine = [b for b in tl.batches if b.worker == worker]
+        ups = [(e.iter_start, e.worker_ready[worker] - e.iter_start)
+               for e in tl.epochs if worker in e.worker_ready]
+        ax.broken_barh(ups, (y - half, _BAR_HEIGHT), facecolor=COLORS["startup"],
+                       edgecolor="0.5", hatch="//", linewidth=0.5)
+        ax.broken_barh([(b.fetch_start, b.fetch_s) for b in mine], (y - half, _BAR_HEIGHT),
+                       facecolor=COLORS["fetch"], edgecolor="white", linewidth=0.5)
+        if label_batches:
+            _label_bars(ax, [(b.fetch_start, b.fetch_s, name(b)) for b in mine], y, span_s)
+
+    for e in tl.epochs[1:]:
+        ax.axvline(e.iter_start, color="0.3", linestyle="--", linewidth=0.8)
+        ax.text(e.iter_start, len(rows) - 0.45, f" epoch {e.epoch}", fontsize=7, va="bottom")
+
+    ax.set_yticks(range(len(rows)), [label for label, _, _ in reversed(rows)])
+    ax.set_ylim(-0.6, len(rows) - 0.2)
+    ax.set_xlim(*(xlim if xlim is not None else (0, tl.wall_s * 1.01)))
+    ax.set_xlabel("time since the recording started (s)")
+    ax.grid(axis="x", alpha=0.3)
+    heading = title if title is not None else tl.describe()
+    ax.set_title(f"{heading}\n{summary_line(tl)}", fontsize=9, loc="left")
+    if legend:
+        handles = [Patch(color=COLORS["fetch"], label="fetch (dataset + collate)"),
+                   Patch(color=COLORS["wait"], label="loop waits for data"),
+                   Patch(color=COLORS["step"], label="loop steps"),
+                   Patch(facecolor=COLORS["startup"], edgecolor="0.5", hatch="//",
+                         label="start-up")]
+        if ("pin", None) in y_of:
+            handles.append(Patch(color=COLORS["pin"], label="pin_memory"))
+        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7,
+                  frameon=False)
+    return ax
+
+
+def plot_timelines(
+    timelines: Sequence[Timeline],
+    titles: Sequence[str] | None = None,
+    *,
+    label_batches: bool = True,
+) -> Figure:
+    """Stack several recordings on one shared time axis, to compare configurations."""
+    if not timelines:
+        raise ValueError("plot_timelines needs at least one Timeline")
+    if titles is not None and len(titles) != len(timelines):
+        raise ValueError(f"got {len(titles)} titles for {len(timelines)} timelines")
+    heights = [0.9 + 0.42 * len(_rows(tl)) for tl in timelines]
+    fig, axes = plt.subplots(len(timelines), 1, figsize=(12, sum(heights)), sharex=True,
+                             height_ratios=heights, layout="constrained", squeeze=False)
+    end = max(tl.wall_s for tl in timelines) * 1.01
+    for i, (tl, ax) in enumerate(zip(timelines, axes[:, 0], strict=True)):
+        plot_timeline(tl, ax, title=None if titles is None else titles[i],
+                      label_batches=label_batches, xlim=(0, end), legend=i == 0)
+        if i < len(timelines) - 1:
+            ax.set_xlabel("")
+    return fig
+
+
+def plot_intervals(
+    timelines: Sequence[Timeline],
+    labels: Sequence[str],
+    *,
+    predictions: Sequence[Sequence[PlannedBatch]] | None = None,
+    ax: Axes | None = None,
+) -> Axes:
+    """Time between consecutive loop iterations, batch by batch (the blog's figure).
+
+    ``predictions``: a :func:`helpers.simulate` schedule per timeline, drawn dashed.
+    """
+    from .theory import simulated_intervals
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(10, 4), layout="constrained")
+    cmap = matplotlib.colormaps["viridis"]
+    for i, (tl, label) in enumerate(zip(timelines, labels, strict=True)):
+        color = cmap(i / max(len(timelines) - 1, 1) * 0.9)
+        measured = tl.intervals()
+        ax.plot(range(1, len(measured) + 1), measured, marker="o", markersize=3, color=color,
+                label=f"{label} (measured)")
+        if predictions is not None:
+            predicted = simulated_intervals(list(predictions[i]))
+            ax.plot(range(1, len(predicted) + 1), predicted, linestyle="--", color=color,
+                    alpha=0.7, label=f"{label} (model)")
+    ax.set_xlabel("batch (arrival order)")
+    ax.set_ylabel("time since previous iteration (s)")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, ncols=2)
+    return ax
+
+
+def plot_step_time_model(
+    worker_counts: Sequence[int],
+    measured_s: Sequence[float],
+    predicted_s: Sequence[float],
+    *,
+    step_s: float | None = None,
+    ax: Axes | None = None,
+) -> Axes:
+    """Measured mean step interval against the model's prediction, per worker count."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6, 4), layout="constrained")
+    ax.plot(worker_counts, predicted_s, linestyle="--", marker="s", color=COLORS["model"],
+            label="model: max(n/x, y), or n + y at 0 workers")
+    ax.plot(worker_counts, measured_s, marker="o", color=COLORS["fetch"], label="measured")
+    if step_s is not None:
+        ax.axhline(step_s, color=COLORS["step"], linewidth=0.8, label="step time y (the floor)")
+    ax.set_xlabel("num_workers")
+    ax.set_ylabel("mean time per batch (s)")
+    ax.set_xticks(list(worker_counts))
+    ax.set_ylim(bottom=0, top=max(max(measured_s), max(predicted_s)) * 1.15 or math.inf)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return ax

@@ -1,0 +1,251 @@
+"""The timeline explorer: move the knobs, press Run, see your own run."""
+
+from __future__ import annotations
+
+import html
+import math
+import multiprocessing as mp
+import warnings
+from dataclasses import dataclass
+import ipywidgets as W
+import matplotlib.pyplot as plt
+from IPython.display import display
+
+from . import config
+from .datasets import WorkDataset
+from .loaders import HAS_IN_ORDER, make_loader
+from .models import ModelledStep
+from .plots import plot_timeline
+from .theory import first_batch_time, recommend_num_workers, simulate, step_time
+from .timeline import Timeline, record
+
+_DEFAULT_PREFETCH = "default"
+
+
+@dataclass(frozen=True)
+class ExplorerSettings:
+    """One run of the explorer: a :class:`WorkDataset` of ``items`` items that each
+    take ``load_s`` (sleep, or CPU work when ``cpu_bound``), and a modelled step."""
+
+    num_workers: int
+    prefetch_factor: int | None
+    batch_size: int
+    load_s: float
+    step_s: float
+    items: int
+    epochs: int
+    persistent_workers: bool
+    pin_memory: bool
+    in_order: bool
+    start_method: str
+    cpu_bound: bool = False
+
+    def loader(self):
+        dataset = WorkDataset(
+            self.items,
+            item_sleep_s=0.0 if self.cpu_bound else self.load_s,
+            item_busy_s=self.load_s if self.cpu_bound else 0.0,
+        )
+        return make_loader(
+            dataset,
+            batch_size=self.batch_size,
+            num_workers=self.num_workers,
+            prefetch_factor=self.prefetch_factor,
+            persistent_workers=self.persistent_workers,
+            pin_memory=self.pin_memory,
+            in_order=self.in_order,
+            start_method=self.start_method,
+        )
+
+    def prediction(self, startup_s: float = 0.0) -> dict[str, float]:
+        """The step-time model for these settings (seconds)."""
+        batch_load_s = self.load_s * self.batch_size
+        per_epoch = math.ceil(self.items / self.batch_size)
+        plan = simulate(per_epoch, batch_load_s, self.step_s, self.num_workers,
+                        prefetch_factor=self.prefetch_factor, startup_s=startup_s)
+        return {
+            "step_interval_s": step_time(batch_load_s, self.step_s, self.num_workers),
+            "first_batch_s": first_batch_time(batch_load_s, self.num_workers, startup_s=startup_s),
+            "epoch_s": plan[-1].step_end,
+            "recommended_workers": recommend_num_workers(batch_load_s, self.step_s),
+        }
+
+
+class TimelineExplorer:
+    """Sliders for the DataLoader's knobs, a Run button, and the timeline of each run.
+
+    Call :meth:`show` to display it: it runs once with the defaults right away (so
+    the output exists without a click, and a failure raises in the cell). Button
+    runs show errors in the widget instead of raising. ``last_timeline`` holds the
+    latest recording, ``last_settings`` its settings.
+    """
+
+    def __init__(
+        self,
+        *,
+        num_workers: int = 2,
+        prefetch_factor: int | None = 2,
+        batch_size: int = 1,
+        load_s: float = 0.2,
+        step_s: float = 0.05,
+        items: int = 20,
+        epochs: int = 1,
+        persistent_workers: bool = False,
+        pin_memory: bool = False,
+        in_order: bool = True,
+        start_method: str | None = None,
+        cpu_bound: bool = False,
+        max_workers: int | None = None,
+    ):
+        cores = config.available_cores()
+        max_workers = max_workers if max_workers is not None else max(2 * cores, 4)
+        style = {"description_width": "130px"}
+        layout = W.Layout(width="380px")
+
+        def slider(cls, value, lo, hi, step, description, **kw):
+            return cls(value=value, min=lo, max=hi, step=step, description=description,
+                       style=style, layout=layout, continuous_update=False, **kw)
+
+        self.num_workers = slider(W.IntSlider, num_workers, 0, max_workers, 1, "num_workers")
+        self.prefetch_factor = W.Dropdown(
+            options=[(f"{_DEFAULT_PREFETCH} (None)", None), 1, 2, 3, 4, 6, 8],
+            value=prefetch_factor, description="prefetch_factor", style=style, layout=layout)
+        self.batch_size = slider(W.IntSlider, batch_size, 1, 64, 1, "batch_size")
+        self.load_s = slider(W.FloatSlider, load_s, 0.0, 1.0, 0.005, "load per item (s)",
+                             readout_format=".3f")
+        self.step_s = slider(W.FloatSlider, step_s, 0.0, 1.0, 0.005, "step (s)",
+                             readout_format=".3f")
+        self.items = slider(W.IntSlider, items, 1, 400, 1, "items")
+        self.epochs = slider(W.IntSlider, epochs, 1, 5, 1, "epochs")
+        self.cpu_bound = W.Checkbox(value=cpu_bound, description="CPU-bound load (busy work)",
+                                    style=style)
+        self.persistent_workers = W.Checkbox(value=persistent_workers,
+                                             description="persistent_workers", style=style)
+        self.pin_memory = W.Checkbox(value=pin_memory, description="pin_memory", style=style)
+        self.in_order = W.Checkbox(value=in_order, description="in_order", style=style,
+                                   disabled=not HAS_IN_ORDER)
+        methods = mp.get_all_start_methods()
+        default_method = mp.get_start_method(allow_none=True) or mp.get_context().get_start_method()
+        self.start_method = W.Dropdown(options=methods, value=start_method or default_method,
+                                       description="start method", style=style, layout=layout)
+        self.run_button = W.Button(description="Run", button_style="primary", icon="play")
+        self.progress = W.IntProgress(value=0, min=0, max=1, description="",
+                                      layout=W.Layout(width="380px"))
+        self.status = W.HTML()
+        self.summary = W.HTML()
+        self.output = W.Output()
+        self.runs = 0
+        self.last_timeline: Timeline | None = None
+        self.last_settings: ExplorerSettings | None = None
+        self.run_button.on_click(lambda _button: self.run(raise_errors=False))
+
+        knobs = W.VBox([self.num_workers, self.prefetch_factor, self.batch_size, self.load_s,
+                        self.step_s, self.items, self.epochs])
+        flags = W.VBox([self.start_method, self.cpu_bound, self.persistent_workers,
+                        self.pin_memory, self.in_order,
+                        W.HBox([self.run_button]), self.progress, self.status])
+        self.widget = W.VBox([W.HBox([knobs, flags]), self.summary, self.output])
+
+    # -- reading the knobs ---------------------------------------------------------------
+    def settings(self) -> ExplorerSettings:
+        """The knobs' current values."""
+        return ExplorerSettings(
+            num_workers=self.num_workers.value,
+            prefetch_factor=self.prefetch_factor.value,
+            batch_size=self.batch_size.value,
+            load_s=self.load_s.value,
+            step_s=self.step_s.value,
+            items=self.items.value,
+            epochs=self.epochs.value,
+            persistent_workers=self.persistent_workers.value,
+            pin_memory=self.pin_memory.value,
+            in_order=self.in_order.value,
+            start_method=self.start_method.value,
+            cpu_bound=self.cpu_bound.value,
+        )
+
+    # -- running ---------------------------------------------------------------------------
+    def show(self) -> TimelineExplorer:
+        """Display the explorer and run it once with its current knobs (raises on failure)."""
+        display(self.widget)
+        self.run(raise_errors=True)
+        return self
+
+    def run(self, raise_errors: bool = True) -> Timeline | None:
+        """Record one run with the knobs' values and draw it.
+
+        On bad settings or a failed run, the widget shows the message; with
+        ``raise_errors`` the exception is raised as well (so a notebook run fails).
+        """
+        # Work happens outside `with self.output`: an Output widget swallows exceptions
+        # raised inside it, which would let a broken explorer pass CI.
+        self.run_button.disabled = True
+        try:
+            settings = self.settings()
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                loader = settings.loader()  # raises ValueError naming the fix
+                expected = math.ceil(settings.items / settings.batch_size) * settings.epochs
+                self.progress.max, self.progress.value = max(expected, 1), 0
+                self.status.value = "<i>running…</i>"
+                timeline = record(loader, ModelledStep(settings.step_s), epochs=settings.epochs,
+                                  on_batch=self._advance)
+            self.runs += 1
+            self.last_timeline, self.last_settings = timeline, settings
+            figure = self._draw(timeline)
+            self.summary.value = self._summary_html(timeline, settings, caught)
+            self.status.value = f"<b>run {self.runs} done</b>"
+            with self.output:
+                self.output.clear_output(wait=True)
+                display(figure)
+            plt.close(figure)
+            return timeline
+        except Exception as error:  # shown in the widget; raised again on request
+            self.status.value = ""
+            self.summary.value = (
+                "<div style='color:#a00;border:1px solid #a00;padding:6px'><b>Cannot run "
+                f"these settings:</b> {html.escape(str(error))}</div>"
+            )
+            if raise_errors:
+                raise
+            return None
+        finally:
+            self.run_button.disabled = False
+
+    def _advance(self, _batch) -> None:
+        self.progress.value += 1
+
+    @staticmethod
+    def _draw(timeline: Timeline):
+        ax = plot_timeline(timeline)
+        return ax.figure
+
+    def _summary_html(self, tl: Timeline, settings: ExplorerSettings, caught) -> str:
+        s = tl.summary()
+        ready = [t for e in tl.epochs[:1] for t in e.worker_ready.values()]
+        startup = max(ready) - tl.epochs[0].iter_start if ready else 0.0
+        model = settings.prediction(startup_s=startup)
+        rows = [
+            ("mean step interval (s)", s["mean_step_interval_s"], model["step_interval_s"]),
+            ("first batch (s)", s["first_batch_s"], model["first_batch_s"]),
+            ("first epoch (s)", tl.epochs[0].end - tl.epochs[0].iter_start, model["epoch_s"]),
+        ]
+        table = "".join(
+            f"<tr><td>{name}</td><td>{measured:.3f}</td><td>{predicted:.3f}</td></tr>"
+            for name, measured, predicted in rows
+        )
+        notes = "".join(f"<li>{html.escape(str(w.message))}</li>" for w in caught
+                        if issubclass(w.category, UserWarning))
+        notes_html = f"<p><b>PyTorch warned:</b></p><ul>{notes}</ul>" if notes else ""
+        return (
+            f"<p><b>Run {self.runs}:</b> {s['batches']} batches in {s['wall_s']:.2f} s; "
+            f"the loop waited for data {s['wait_fraction']:.0%} of the time. The model "
+            f"recommends {model['recommended_workers']} worker(s) for these costs.</p>"
+            "<table><tr><th></th><th>measured</th><th>model</th></tr>"
+            f"{table}</table>{notes_html}"
+        )
+
+    def _ipython_display_(self) -> None:
+        # Displaying the object shows the controls only; show() also runs once.
+        display(self.widget)
+

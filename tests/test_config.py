@@ -1,0 +1,48 @@
+"""The smoke switch is parsed strictly and only scales sizes and durations."""
+
+import pytest
+
+from helpers import config
+
+
+@pytest.mark.parametrize("value, expected", [
+    (None, False), ("", False), ("0", False), ("false", False), ("No", False), ("off", False),
+    ("1", True), ("true", True), ("YES", True), (" on ", True),
+])
+def test_parse_flag_accepts_clear_values(value, expected):
+    assert config.parse_flag(value) is expected
+
+
+@pytest.mark.parametrize("value", ["2", "maybe", "smoke", "tru"])
+def test_parse_flag_refuses_anything_else_and_names_the_fix(value):
+    with pytest.raises(ValueError, match="DLLAB_SMOKE=1"):
+        config.parse_flag(value)
+
+
+def test_smoke_mode_scales_sizes_and_durations(monkeypatch):
+    monkeypatch.setenv(config.SMOKE_ENV, "1")
+    assert config.is_smoke()
+    assert config.sized(100, 10) == 10
+    assert config.seconds(1.0) == pytest.approx(config.SMOKE_TIME_SCALE)
+    monkeypatch.setenv(config.SMOKE_ENV, "0")
+    assert not config.is_smoke()
+    assert config.sized(100, 10) == 100
+    assert config.seconds(1.0) == 1.0
+
+
+def test_a_typo_in_the_environment_fails_loudly(monkeypatch):
+    monkeypatch.setenv(config.SMOKE_ENV, "yes please")
+    with pytest.raises(ValueError):
+        config.is_smoke()
+
+
+def test_sized_needs_one_type_and_seconds_a_duration():
+    with pytest.raises(TypeError):
+        config.sized(1.0, 1)
+    with pytest.raises(ValueError):
+        config.seconds(-1)
+
+
+def test_results_dir_can_be_overridden(monkeypatch, tmp_path):
+    monkeypatch.setenv(config.RESULTS_ENV, str(tmp_path))
+    assert config.results_dir() == tmp_path

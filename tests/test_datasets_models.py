@@ -1,0 +1,92 @@
+"""Workloads, the modelled accelerator and the real models."""
+
+import time
+
+import pytest
+import torch
+
+import helpers
+
+
+def test_sleep_costs_wait_and_busy_costs_cpu():
+    dataset = helpers.WorkDataset(2, item_sleep_s=0.05)
+    wall, cpu = time.perf_counter(), time.thread_time()
+    dataset[0]
+    assert time.perf_counter() - wall >= 0.05 and time.thread_time() - cpu < 0.02
+    dataset = helpers.WorkDataset(2, item_busy_s=0.05)
+    cpu = time.thread_time()
+    dataset[0]
+    assert time.thread_time() - cpu >= 0.05
+
+
+def test_modelled_step_waits_without_using_the_cpu():
+    step = helpers.ModelledStep(0.05)
+    wall, cpu = time.perf_counter(), time.process_time()
+    step(None)
+    assert time.perf_counter() - wall >= 0.05
+    assert time.process_time() - cpu < 0.02
+
+
+def test_batched_work_pays_the_request_cost_once_per_batch():
+    plain = helpers.WorkDataset(8, request_sleep_s=0.02)
+    batched = helpers.BatchedWorkDataset(8, request_sleep_s=0.02)
+    start = time.perf_counter()
+    items = [plain[i] for i in range(4)]
+    per_item = time.perf_counter() - start
+    start = time.perf_counter()
+    assert batched.__getitems__([0, 1, 2, 3]) == items
+    assert time.perf_counter() - start < per_item / 2
+
+
+def test_work_dataset_items_carry_their_index():
+    assert helpers.WorkDataset(3)[2] == 2
+    item = helpers.WorkDataset(3, item_shape=(2, 2))[1]
+    assert item.shape == (2, 2) and torch.all(item == 1)
+
+
+def test_tutorial_datasets_match_in_shape_and_are_repeatable():
+    single = helpers.TutorialDataset(8, shape=(3, 8, 8), delay_s=0.0)
+    batched = helpers.BatchedTutorialDataset(8, shape=(3, 8, 8), delay_s=0.0)
+    image, label = single[3]
+    assert image.shape == (3, 8, 8) and 0 <= label < 10
+    assert torch.equal(single[3][0], image)
+    items = batched.__getitems__([0, 1, 2])
+    assert [x.shape for x, _ in items] == [(3, 8, 8)] * 3
+    assert [y for _, y in items] == [single[i][1] for i in range(3)]
+
+
+def test_tutorial_dataset_loads_under_spawn():
+    dataset = helpers.BatchedTutorialDataset(8, shape=(3, 8, 8), delay_s=0.0)
+    loader = helpers.make_loader(dataset, batch_size=4, num_workers=1, prefetch_factor=1,
+                                 start_method="spawn")
+    images, labels = next(iter(loader))
+    assert images.shape == (4, 3, 8, 8) and labels.shape == (4,)
+
+
+def test_straggler_dataset_slows_one_item_in_every():
+    dataset = helpers.StragglerDataset(10, 0.01, every=5, factor=5)
+    assert [i for i in range(10) if dataset.is_slow(i)] == [0, 5]
+
+
+def test_mnist_like_is_learnable_shape():
+    data = helpers.mnist_like(100)
+    x, y = data[:]
+    assert x.shape == (100, 784) and y.dtype == torch.int64 and int(y.max()) < 10
+
+
+@pytest.mark.parametrize("model, inputs", [
+    (lambda: helpers.TutorialNet(), torch.randn(2, 3, 64, 64)),
+    (lambda: helpers.ForumMLP(), torch.randn(2, 784)),
+])
+def test_real_models_produce_ten_logits(model, inputs):
+    assert model()(inputs).shape == (2, 10)
+
+
+def test_train_step_lowers_the_loss():
+    torch.manual_seed(0)
+    x, y = helpers.mnist_like(256)[:]
+    step = helpers.TrainStep(helpers.ForumMLP(), "cpu", lr=0.05, momentum=0.9)
+    for _ in range(30):
+        step((x, y))
+    losses = step.losses()
+    assert len(losses) == 30 and losses[-1] < losses[0]

@@ -1,0 +1,272 @@
+"""The instrument: helpers.record() and Timeline."""
+
+from __future__ import annotations
+
+import json
+import math
+import pytest
+import torch
+from torch.utils.data import get_worker_info
+
+import helpers
+from helpers.timeline import RecordingWorkerInit
+
+
+def check_clocks(tl: helpers.Timeline) -> None:
+    """Every batch's times are ordered, and worker clocks agree with the loop's."""
+    for b in tl.batches:
+        assert 0 <= b.fetch_start <= b.fetch_end <= b.ready, b
+        assert b.wait_start <= b.ready <= b.step_end, b
+        if b.pin_start is not None:
+            assert b.fetch_end <= b.pin_start <= b.pin_end <= b.ready, b
+    for e in tl.epochs:
+        assert e.iter_start <= e.iter_end <= e.end
+        for ready in e.worker_ready.values():
+            assert e.iter_start <= ready
+
+
+# -- the blog experiment ----------------------------------------------------------------
+def test_two_workers_reproduce_the_blog_pattern():
+    load_s, step_s = 0.2, 0.05
+    loader = helpers.make_loader(helpers.SleepDataset(12, load_s), num_workers=2,
+                                 prefetch_factor=2, start_method="fork")
+    tl = helpers.record(loader, helpers.ModelledStep(step_s))
+    check_clocks(tl)
+    steady = tl.steady_intervals()
+    # After the first batch, short and long intervals alternate: y, then n/2 - y.
+    short, long_ = steady[0::2], steady[1::2]
+    assert all(abs(v - step_s) < 0.03 for v in short), steady
+    assert all(abs(v - (load_s - step_s)) < 0.04 for v in long_), steady
+    # A worker builds batch 2 while the loop steps on batch 0 (the blog's figure).
+    b0, b2 = tl.batches[0], tl.batches[2]
+    assert b2.fetch_start < b0.step_end and b2.fetch_end > b0.ready
+
+
+def test_zero_workers_is_load_plus_step_and_fetches_in_the_main_process():
+    loader = helpers.make_loader(helpers.SleepDataset(6, 0.05))
+    tl = helpers.record(loader, helpers.ModelledStep(0.02))
+    check_clocks(tl)
+    assert tl.workers == [helpers.MAIN_PROCESS]
+    for b in tl.batches:
+        assert b.wait_start <= b.fetch_start  # the main process fetches inside next()
+    assert abs(tl.summary()["mean_step_interval_s"] - 0.07) < 0.02
+    assert tl.summary()["wait_fraction"] > 0.5
+
+
+# -- worker ids and start methods ---------------------------------------------------------
+@pytest.mark.parametrize("start_method", ["fork", "spawn", "forkserver"])
+def test_worker_ids_and_fetch_times_under_each_start_method(start_method):
+    load_s = 0.05
+    loader = helpers.make_loader(helpers.TaggedDataset(8, load_s), batch_size=2, num_workers=2,
+                                 prefetch_factor=2, start_method=start_method)
+    seen = []
+    tl = helpers.record(loader, seen.append)
+    check_clocks(tl)
+    assert tl.config["start_method"] == start_method
+    assert len(tl.batches) == 4
+    for b, batch in zip(tl.batches, seen, strict=True):
+        # The worker the instrument names is the one get_worker_info() named inside it.
+        assert batch["worker"].tolist() == [b.worker, b.worker]
+        assert batch["pid"].tolist() == [b.pid, b.pid]
+        assert batch["index"].tolist() == list(b.indices)
+        assert b.fetch_s >= 2 * load_s * 0.9
+    assert sorted({b.worker for b in tl.batches}) == [0, 1]
+    assert set(tl.epochs[0].worker_ready) == {0, 1}
+
+
+def test_worker_seq_counts_batches_per_worker():
+    loader = helpers.make_loader(helpers.SleepDataset(8, 0.0), num_workers=2, prefetch_factor=2)
+    tl = helpers.record(loader)
+    for worker in (0, 1):
+        assert [b.worker_seq for b in tl.batches if b.worker == worker] == [0, 1, 2, 3]
+
+
+# -- what the step receives -----------------------------------------------------------------
+def test_step_receives_the_batch_exactly_as_the_loader_delivers_it():
+    dataset = helpers.WorkDataset(10, item_shape=(3,))
+    loader = helpers.make_loader(dataset, batch_size=4, num_workers=2, prefetch_factor=2)
+    plain = list(loader)
+    received = []
+    helpers.record(loader, received.append)
+    assert len(plain) == len(received) == 3
+    for a, b in zip(plain, received, strict=True):
+        assert type(b) is torch.Tensor and torch.equal(a, b)
+
+
+class Pair:
+    def __init__(self, items):
+        self.items = items
+
+
+def collate_pair(items):
+    return Pair(items)
+
+
+def test_custom_collate_fn_output_reaches_the_step_unchanged():
+    loader = torch.utils.data.DataLoader(helpers.SleepDataset(5, 0.0), batch_size=2,
+                                         num_workers=1, collate_fn=collate_pair)
+    received = []
+    helpers.record(loader, received.append)
+    assert [type(b) for b in received] == [Pair] * 3
+    assert [b.items for b in received] == [[0, 1], [2, 3], [4]]
+
+
+@pytest.mark.parametrize("drop_last, expected", [(False, [3, 3, 3, 1]), (True, [3, 3, 3])])
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_batch_counts_with_drop_last_and_partial_batches(drop_last, expected, num_workers):
+    loader = helpers.make_loader(helpers.SleepDataset(10, 0.0), batch_size=3,
+                                 num_workers=num_workers, drop_last=drop_last,
+                                 prefetch_factor=2 if num_workers else None)
+    tl = helpers.record(loader)
+    assert [len(b.indices) for b in tl.batches] == expected
+    assert tl.summary()["batches"] == len(expected)
+
+
+def test_getitems_is_used_and_recorded():
+    dataset = helpers.BatchedWorkDataset(8, request_sleep_s=0.05)
+    loader = helpers.make_loader(dataset, batch_size=4, num_workers=2, prefetch_factor=2,
+                                 start_method="spawn")
+    received = []
+    tl = helpers.record(loader, received.append)
+    assert [b.tolist() for b in received] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    # One request per batch (0.05 s), not one per item (0.2 s).
+    assert all(0.04 < b.fetch_s < 0.15 for b in tl.batches), [b.fetch_s for b in tl.batches]
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_iterable_dataset(num_workers):
+    loader = helpers.make_loader(helpers.SleepStream(9, 0.01), batch_size=2,
+                                 num_workers=num_workers,
+                                 prefetch_factor=2 if num_workers else None)
+    received = []
+    tl = helpers.record(loader, received.append)
+    check_clocks(tl)
+    values = sorted(v for batch in received for v in batch.tolist())
+    assert values == list(range(9))
+    assert all(b.indices is None for b in tl.batches)
+    if num_workers:
+        for b, batch in zip(tl.batches, received, strict=True):
+            assert all(v % 2 == b.worker for v in batch.tolist())  # worker k yields k, k+2, ...
+
+
+# -- in_order, persistence, pinning, epochs ---------------------------------------------------
+@pytest.mark.skipif(not helpers.HAS_IN_ORDER, reason="this torch has no in_order")
+def test_out_of_order_arrival_is_recorded():
+    # Item 0 takes 10x longer: with in_order=False the loop gets other batches first.
+    dataset = helpers.StragglerDataset(8, 0.03, every=8, factor=10)
+    kwargs = dict(num_workers=2, prefetch_factor=2)
+    tl_fifo = helpers.record(helpers.make_loader(dataset, **kwargs))
+    tl_free = helpers.record(helpers.make_loader(dataset, in_order=False, **kwargs))
+    assert tl_fifo.batches[0].indices == (0,)
+    first_sample = [b.indices[0] for b in tl_free.batches]
+    assert first_sample[0] != 0 and sorted(first_sample) == list(range(8))
+    assert tl_free.config["in_order"] is False
+
+
+def test_persistent_workers_start_once_and_the_loader_is_restored():
+    loader = helpers.make_loader(helpers.TaggedDataset(4, 0.0), batch_size=2, num_workers=2,
+                                 prefetch_factor=2, persistent_workers=True)
+    received = []
+    tl = helpers.record(loader, received.append, epochs=3)
+    check_clocks(tl)
+    assert [e.epoch for e in tl.epochs] == [0, 1, 2]
+    assert set(tl.epochs[0].worker_ready) == {0, 1}
+    assert tl.epochs[1].worker_ready == {} and tl.epochs[2].worker_ready == {}
+    assert len({b.pid for b in tl.batches}) == 2  # the same two processes throughout
+    assert loader.worker_init_fn is None and loader._iterator is None
+    # The loader works normally afterwards: plain batches, no envelopes.
+    assert [type(b) for b in loader] == [dict, dict]
+
+
+def test_workers_restart_every_epoch_without_persistence():
+    loader = helpers.make_loader(helpers.SleepDataset(4, 0.0), batch_size=2, num_workers=2,
+                                 prefetch_factor=2)
+    tl = helpers.record(loader, epochs=2)
+    assert len({b.pid for b in tl.batches}) == 4
+    assert all(set(e.worker_ready) == {0, 1} for e in tl.epochs)
+
+
+def set_tag(worker_id: int) -> None:
+    get_worker_info().dataset.tag = f"worker-{worker_id}"
+
+
+def test_the_loaders_own_worker_init_fn_still_runs():
+    loader = helpers.make_loader(helpers.TaggedDataset(4, 0.0), batch_size=1, num_workers=2,
+                                 prefetch_factor=2, worker_init_fn=set_tag, start_method="fork")
+    received = []
+    helpers.record(loader, received.append)
+    assert [b["tag"][0] for b in received] == [f"worker-{b['worker'].item()}" for b in received]
+    assert loader.worker_init_fn is set_tag
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_pin_memory_delivers_the_same_batches(num_workers):
+    loader = helpers.make_loader(helpers.WorkDataset(6, item_shape=(4,)), batch_size=3,
+                                 num_workers=num_workers, pin_memory=True,
+                                 prefetch_factor=2 if num_workers else None)
+    received = []
+    tl = helpers.record(loader, received.append)
+    check_clocks(tl)
+    assert [b[:, 0].tolist() for b in received] == [[0, 1, 2], [3, 4, 5]]
+    if torch.cuda.is_available():
+        assert all(b.is_pinned() for b in received)
+        assert all(b.pin_start is not None for b in tl.batches)
+
+
+def test_max_batches_counts_across_epochs():
+    loader = helpers.make_loader(helpers.SleepDataset(4, 0.0), batch_size=1)
+    tl = helpers.record(loader, epochs=3, max_batches=6)
+    assert len(tl.batches) == 6 and len(tl.epochs) == 2
+    assert [b.index for b in tl.batches] == [0, 1, 2, 3, 0, 1]
+
+
+def test_a_failing_step_propagates_and_the_loader_is_restored():
+    loader = helpers.make_loader(helpers.SleepDataset(4, 0.0), num_workers=1, prefetch_factor=1)
+
+    def explode(batch):
+        raise KeyError("boom")
+
+    with pytest.raises(KeyError):
+        helpers.record(loader, explode)
+    assert loader.worker_init_fn is None
+
+
+def test_bad_arguments_are_refused():
+    loader = helpers.make_loader(helpers.SleepDataset(2, 0.0))
+    with pytest.raises(TypeError, match="DataLoader"):
+        helpers.record([1, 2, 3])
+    with pytest.raises(ValueError, match="epochs"):
+        helpers.record(loader, epochs=0)
+    with pytest.raises(ValueError, match="max_batches"):
+        helpers.record(loader, max_batches=0)
+    loader.worker_init_fn = RecordingWorkerInit(None)
+    with pytest.raises(RuntimeError, match="re-entrant"):
+        helpers.record(loader)
+
+
+# -- summary and export ------------------------------------------------------------------------
+def test_summary_numbers_are_consistent():
+    loader = helpers.make_loader(helpers.SleepDataset(8, 0.04), num_workers=2, prefetch_factor=2)
+    tl = helpers.record(loader, helpers.ModelledStep(0.01), epochs=2)
+    s = tl.summary()
+    assert s["batches"] == 16 and s["epochs"] == 2
+    assert math.isclose(s["batches_per_s"], 16 / s["wall_s"])
+    assert 0 < s["wait_fraction"] < 1
+    assert set(s["worker_busy"]) == {0, 1}
+    assert all(0 < v < 1 for v in s["worker_busy"].values())
+    assert s["first_batch_s"] >= 0.04
+    assert len(tl.intervals()) == 16 and len(tl.steady_intervals()) == 14
+    json.dumps(tl.to_dict())  # JSON-serialisable
+
+
+def test_chrome_trace_has_one_track_per_worker_and_one_for_the_loop(tmp_path):
+    loader = helpers.make_loader(helpers.SleepDataset(6, 0.01), num_workers=3, prefetch_factor=2)
+    tl = helpers.record(loader, helpers.ModelledStep(0.005))
+    path = tl.to_chrome_trace(tmp_path / "trace.json")
+    events = json.loads(path.read_text())["traceEvents"]
+    names = {e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+    assert names == {"training loop", "worker 0", "worker 1", "worker 2"}
+    spans = [e for e in events if e["ph"] == "X"]
+    assert sum(e["name"].startswith("fetch") for e in spans) == 6
+    assert sum(e["name"].startswith("step") for e in spans) == 6
+    assert all(e["dur"] >= 0 for e in spans)
