@@ -26,6 +26,7 @@ from .datasets import (
 )
 from .loaders import HAS_IN_ORDER, check_loader_args, make_loader
 from .models import ForumMLP, ModelledStep, TrainStep, TutorialNet
+from .setup_check import checks_html, run_setup_checks
 from .system import describe_machine, get_device, save_results
 from .theory import (
     first_batch_time,
@@ -60,7 +61,7 @@ __all__ = [
     "TutorialDataset", "WorkDataset", "burn_cpu", "mnist_like",
     "check_loader_args", "make_loader",
     "ForumMLP", "ModelledStep", "TrainStep", "TutorialNet",
-    "describe_machine", "get_device", "save_results",
+    "describe_machine", "get_device", "save_results", "checks_html", "run_setup_checks",
     "first_batch_time", "recommend_num_workers", "simulate", "simulated_intervals", "step_time",
     *_LAZY,
 ]

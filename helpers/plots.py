@@ -178,11 +178,11 @@ def plot_intervals(
     for i, (tl, label) in enumerate(zip(timelines, labels, strict=True)):
         color = cmap(i / max(len(timelines) - 1, 1) * 0.9)
         measured = tl.intervals()
-        ax.plot(range(1, len(measured) + 1), measured, marker="o", markersize=3, color=color,
+        ax.plot(range(len(measured)), measured, marker="o", markersize=3, color=color,
                 label=f"{label} (measured)")
         if predictions is not None:
             predicted = simulated_intervals(list(predictions[i]))
-            ax.plot(range(1, len(predicted) + 1), predicted, linestyle="--", color=color,
+            ax.plot(range(len(predicted)), predicted, linestyle="--", color=color,
                     alpha=0.7, label=f"{label} (model)")
     ax.set_xlabel("batch (arrival order)")
     ax.set_ylabel("time since previous iteration (s)")

@@ -255,6 +255,14 @@ class Timeline:
     def epoch_batches(self, epoch: int) -> list[BatchRecord]:
         return [b for b in self.batches if b.epoch == epoch]
 
+    def worker_startup_s(self, epoch: int = 0) -> float:
+        """From ``iter(loader)`` until the last worker started in ``epoch`` was ready
+        (0.0 when none started: 0 workers, or persistent workers already running)."""
+        record_ = self.epochs[epoch]
+        if not record_.worker_ready:
+            return 0.0
+        return max(record_.worker_ready.values()) - record_.iter_start
+
     def wait_s(self) -> float:
         """Time the loop had no batch in hand: creating iterators plus waiting in ``next``."""
         return sum(e.startup_s for e in self.epochs) + sum(b.wait_s for b in self.batches)

@@ -165,11 +165,10 @@ class TimelineExplorer:
         )
 
     # -- running ---------------------------------------------------------------------------
-    def show(self) -> TimelineExplorer:
+    def show(self) -> None:
         """Display the explorer and run it once with its current knobs (raises on failure)."""
         display(self.widget)
         self.run(raise_errors=True)
-        return self
 
     def run(self, raise_errors: bool = True) -> Timeline | None:
         """Record one run with the knobs' values and draw it.
@@ -222,9 +221,7 @@ class TimelineExplorer:
 
     def _summary_html(self, tl: Timeline, settings: ExplorerSettings, caught) -> str:
         s = tl.summary()
-        ready = [t for e in tl.epochs[:1] for t in e.worker_ready.values()]
-        startup = max(ready) - tl.epochs[0].iter_start if ready else 0.0
-        model = settings.prediction(startup_s=startup)
+        model = settings.prediction(startup_s=tl.worker_startup_s())
         rows = [
             ("mean step interval (s)", s["mean_step_interval_s"], model["step_interval_s"]),
             ("first batch (s)", s["first_batch_s"], model["first_batch_s"]),
