@@ -7,6 +7,7 @@ import math
 import multiprocessing as mp
 import warnings
 from dataclasses import dataclass
+
 import ipywidgets as W
 import matplotlib.pyplot as plt
 from IPython.display import display
@@ -235,7 +236,8 @@ class TimelineExplorer:
                         if issubclass(w.category, UserWarning))
         notes_html = f"<p><b>PyTorch warned:</b></p><ul>{notes}</ul>" if notes else ""
         return (
-            f"<p><b>Run {self.runs}:</b> {s['batches']} batches in {s['wall_s']:.2f} s; "
+            f"<p><b>Run {self.runs}:</b> <code>{html.escape(tl.describe())}</code> — "
+            f"{s['batches']} batches in {s['wall_s']:.2f} s; "
             f"the loop waited for data {s['wait_fraction']:.0%} of the time. The model "
             f"recommends {model['recommended_workers']} worker(s) for these costs.</p>"
             "<table><tr><th></th><th>measured</th><th>model</th></tr>"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+
 import pytest
 import torch
 from torch.utils.data import get_worker_info

@@ -1,0 +1,148 @@
+"""What a person sees: JupyterLab in Chromium runs notebook 01, the explorer renders,
+and moving a slider + Run redraws the timeline.
+
+Needs Debian's ``chromium`` (``.ci/run`` installs it) and the ``playwright`` package;
+Playwright drives the system Chromium, it never downloads a browser.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.browser
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOK = "01_baseline_loop.ipynb"
+ARTIFACTS = ROOT / "test-artifacts"
+CHROMIUM_FLAGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--disable-dev-shm-usage",
+]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        pytest.fail("Debian's chromium is not installed: `apt-get install chromium` "
+                    "(.ci/run does this)")
+    base = tmp_path_factory.mktemp("lab")
+    root = base / "notebooks"
+    root.mkdir()
+    # A copy: JupyterLab autosaves, and must never write to the committed notebook.
+    shutil.copy(ROOT / "notebooks" / NOTEBOOK, root / NOTEBOOK)
+    config_dir = base / "config"
+    settings = config_dir / "lab/user-settings/@jupyterlab/apputils-extension"
+    settings.mkdir(parents=True)
+    (settings / "notification.jupyterlab-settings").write_text(
+        json.dumps({"fetchNews": "false", "checkForUpdates": False}))
+    port, token = _free_port(), secrets.token_hex(16)
+    env = dict(os.environ, JUPYTER_CONFIG_DIR=str(config_dir),
+               JUPYTER_RUNTIME_DIR=str(base / "runtime"), IPYTHONDIR=str(base / "ipython"),
+               DLLAB_RESULTS_DIR=str(base / "results"), DLLAB_SMOKE="1")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root",
+         "--ip=127.0.0.1", f"--port={port}", "--ServerApp.port_retries=0",
+         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
+         "--LabApp.news_url=None",
+         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
+        env=env, stdout=subprocess.DEVNULL, stderr=open(base / "server.log", "wb"),
+        start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 90
+    while True:
+        try:
+            urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=2)
+            break
+        except OSError:
+            if server.poll() is not None or time.monotonic() > deadline:
+                server.kill()
+                pytest.fail(f"JupyterLab did not start: {(base / 'server.log').read_text()}")
+            time.sleep(0.5)
+    yield {"url": url, "token": token, "chromium": chromium}
+    try:
+        request = urllib.request.Request(f"{url}/api/shutdown?token={token}", method="POST")
+        urllib.request.urlopen(request, timeout=10)
+        server.wait(timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    finally:
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGTERM)
+            server.wait(timeout=10)
+
+
+def test_explorer_renders_and_redraws_in_jupyterlab(lab):
+    from playwright.sync_api import sync_playwright
+
+    page_errors: list[str] = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=lab["chromium"], args=CHROMIUM_FLAGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.on("pageerror", lambda error: page_errors.append(str(error)))
+        try:
+            page.goto(f"{lab['url']}/lab/tree/{NOTEBOOK}?token={lab['token']}&reset")
+            page.wait_for_selector(".jp-Notebook", timeout=60_000)
+            page.wait_for_function(
+                "document.querySelector('#jp-main-statusbar')?.innerText.includes('Idle')",
+                timeout=60_000)
+            page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
+            page.locator(".lm-Menu-itemLabel").filter(
+                has_text="Run All Cells").first.click()
+
+            # The explorer runs once on display: sliders, a summary, a drawn timeline.
+            page.wait_for_selector(".widget-hslider", state="visible", timeout=240_000)
+            page.wait_for_function(
+                "document.body.innerText.includes('Run 1:')", timeout=120_000)
+            _wait_for_timeline_image(page)
+            page.wait_for_function(
+                "document.body.innerText.includes('all lesson checks passed')",
+                timeout=120_000)
+            body = page.inner_text("body")
+            assert "Error displaying widget" not in body
+            assert "VBox(children=" not in body, "the widget manager did not load"
+
+            # A person moves num_workers one step right and presses Run.
+            handle = page.locator(".widget-hslider .noUi-handle").first
+            handle.focus()
+            handle.press("ArrowRight")
+            page.locator(".widget-button", has_text="Run").first.click()
+            page.wait_for_function(
+                "document.body.innerText.includes('Run 2:')", timeout=120_000)
+            _wait_for_timeline_image(page)
+            assert "num_workers=3" in page.inner_text("body")  # the knob reached the run
+            assert page_errors == [], page_errors
+            ARTIFACTS.mkdir(exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / "browser-explorer.png"), full_page=True)
+        except Exception:
+            ARTIFACTS.mkdir(exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / "browser-failure.png"), full_page=True)
+            raise
+        finally:
+            browser.close()
+
+
+def _wait_for_timeline_image(page) -> None:
+    page.wait_for_function(
+        "Array.from(document.querySelectorAll('.widget-output img'))"
+        ".some(img => img.complete && img.naturalWidth > 100)",
+        timeout=120_000)

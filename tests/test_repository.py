@@ -1,0 +1,86 @@
+"""Repository hygiene: dependency lists agree, notebooks are clean, README is current."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import tomllib
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+
+
+def _pyproject_requirements() -> list[str]:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    return project["dependencies"] + project["optional-dependencies"]["test"]
+
+
+def _environment_requirements() -> list[str]:
+    lines = (ROOT / "environment.yml").read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.strip() == "- pip:")
+    items = [line.strip()[2:].strip() for line in lines[start + 1:] if line.strip().startswith("- ")]
+    return [item for item in items if not item.startswith("-e ")]
+
+
+def test_environment_yml_and_pyproject_list_the_same_packages():
+    assert sorted(_environment_requirements()) == sorted(_pyproject_requirements())
+    assert "-e .[test]" in (ROOT / "environment.yml").read_text()
+
+
+def test_only_torch_and_torchvision_are_pinned():
+    pinned = [r for r in _pyproject_requirements() if "==" in r]
+    assert sorted(pinned) == ["torch==2.14.1", "torchvision==0.29.1"]
+
+
+def test_there_are_notebooks():
+    assert [p.name[:2] for p in NOTEBOOKS][:2] == ["00", "01"]
+
+
+def test_committed_notebooks_have_no_outputs_or_execution_counts():
+    for path in NOTEBOOKS:
+        nb = json.loads(path.read_text())
+        for i, cell in enumerate(nb["cells"]):
+            if cell["cell_type"] == "code":
+                assert cell["outputs"] == [] and cell["execution_count"] is None, (path.name, i)
+        assert "widgets" not in nb["metadata"], path.name
+
+
+def test_no_notebook_defines_what_runs_in_a_worker():
+    pattern = re.compile(r"^\s*(class\s+\w+\s*\(.*(Dataset|Sampler)|def\s+\w*(collate|worker_init))",
+                         re.M)
+    for path in NOTEBOOKS:
+        for cell in json.loads(path.read_text())["cells"]:
+            if cell["cell_type"] == "code":
+                assert not pattern.search("".join(cell["source"])), path.name
+
+
+def test_notebooks_link_to_their_neighbours():
+    names = [p.name for p in NOTEBOOKS]
+    for i, path in enumerate(NOTEBOOKS):
+        text = path.read_text()
+        if i > 0:
+            assert names[i - 1] in text, f"{path.name} does not link back to {names[i - 1]}"
+        if i + 1 < len(names):
+            assert names[i + 1] in text, f"{path.name} does not link on to {names[i + 1]}"
+
+
+def test_readme_notebook_table_is_current():
+    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "notebook_table.py"),
+                             "--check"], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    readme = (ROOT / "README.md").read_text()
+    assert "make lab" in readme and "make test" in readme
+    for path in NOTEBOOKS:
+        assert f"notebooks/{path.name}" in readme
+
+
+def test_readme_images_exist():
+    readme = (ROOT / "README.md").read_text()
+    images = re.findall(r"\]\((images/[^)]+)\)", readme)
+    assert images, "README shows no image"
+    for image in images:
+        assert (ROOT / image).is_file(), image
