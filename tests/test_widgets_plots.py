@@ -1,0 +1,71 @@
+"""The explorer (without a browser) and the plots."""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import pytest  # noqa: E402
+
+import helpers  # noqa: E402
+
+
+@pytest.fixture
+def small_explorer():
+    return helpers.TimelineExplorer(num_workers=2, prefetch_factor=2, load_s=0.02,
+                                    step_s=0.005, items=6, start_method="fork")
+
+
+def test_explorer_runs_once_on_show_and_reports_model_and_measurement(small_explorer):
+    small_explorer.show()
+    tl = small_explorer.last_timeline
+    assert tl is not None and len(tl.batches) == 6
+    assert "Run 1:" in small_explorer.summary.value
+    assert "measured" in small_explorer.summary.value and "model" in small_explorer.summary.value
+    assert small_explorer.progress.value == small_explorer.progress.max == 6
+
+
+def test_explorer_shows_bad_settings_in_the_widget_and_raises_only_on_request(small_explorer):
+    small_explorer.num_workers.value = 0  # prefetch_factor=2 stays: invalid
+    assert small_explorer.run(raise_errors=False) is None
+    assert "Set prefetch_factor=None" in small_explorer.summary.value
+    assert not small_explorer.run_button.disabled
+    with pytest.raises(ValueError, match="prefetch_factor"):
+        small_explorer.run(raise_errors=True)
+
+
+def test_explorer_button_click_records_a_new_run(small_explorer):
+    small_explorer.run()
+    small_explorer.num_workers.value = 3
+    small_explorer.run_button.click()
+    assert small_explorer.runs == 2
+    assert small_explorer.last_settings.num_workers == 3
+    assert "num_workers=3" in small_explorer.summary.value
+
+
+@pytest.mark.parametrize("num_workers", [0, 1, 16])
+def test_plot_timeline_has_a_row_per_worker_plus_the_loop(num_workers):
+    loader = helpers.make_loader(helpers.SleepDataset(32, 0.001), num_workers=num_workers,
+                                 prefetch_factor=2 if num_workers else None)
+    tl = helpers.record(loader, helpers.ModelledStep(0.001), epochs=2)
+    ax = helpers.plot_timeline(tl)
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert labels[-1] == "loop"
+    workers = ["main fetch"] if num_workers == 0 else [f"worker {w}" for w in range(num_workers)]
+    assert sorted(labels[:-1]) == sorted(workers)
+    assert "batches in" in ax.get_title(loc="left")
+    plt.close(ax.figure)
+
+
+def test_plot_timelines_shares_the_time_axis_and_checks_titles():
+    tls = [helpers.record(helpers.make_loader(helpers.SleepDataset(4, 0.01))) for _ in range(2)]
+    fig = helpers.plot_timelines(tls, titles=["a", "b"])
+    assert len(fig.axes) == 2
+    assert fig.axes[0].get_xlim() == fig.axes[1].get_xlim()
+    plt.close(fig)
+    with pytest.raises(ValueError):
+        helpers.plot_timelines(tls, titles=["only one"])
+    with pytest.raises(ValueError):
+        helpers.plot_timelines([])
