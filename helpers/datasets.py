@@ -45,11 +45,9 @@ def _check_costs(**costs: float) -> None:
             raise ValueError(f"{name} must be >= 0 seconds, got {value}")
 
 
-class SleepDataset(Dataset):
-    """``length`` items; item ``i`` is the integer ``i``, returned after ``load_s`` seconds of sleep.
-
-    The blog experiment's dataset (SOURCES.md section 2): 20 items, 1 s each.
-    """
+class _Sleeping:
+    """``length`` items that each take ``load_s`` seconds of sleep (shared by the map-style
+    and the iterable variant)."""
 
     def __init__(self, length: int, load_s: float):
         if length < 1:
@@ -60,6 +58,13 @@ class SleepDataset(Dataset):
 
     def __len__(self) -> int:
         return self.length
+
+
+class SleepDataset(_Sleeping, Dataset):
+    """``length`` items; item ``i`` is the integer ``i``, returned after ``load_s`` seconds of sleep.
+
+    The blog experiment's dataset (SOURCES.md section 2): 20 items, 1 s each.
+    """
 
     def __getitem__(self, index: int) -> int:
         time.sleep(self.load_s)
@@ -169,22 +174,12 @@ class BatchedWorkDataset(WorkDataset):
         return [self._make(i) for i in indices]
 
 
-class SleepStream(IterableDataset):
+class SleepStream(_Sleeping, IterableDataset):
     """An iterable dataset of ``length`` integers, each after ``load_s`` of sleep.
 
     With workers, worker ``k`` of ``n`` yields items ``k, k+n, k+2n, ...`` so that
     every item is produced exactly once.
     """
-
-    def __init__(self, length: int, load_s: float):
-        if length < 1:
-            raise ValueError(f"length must be >= 1, got {length}")
-        _check_costs(load_s=load_s)
-        self.length = length
-        self.load_s = load_s
-
-    def __len__(self) -> int:
-        return self.length
 
     def __iter__(self) -> Iterator[int]:
         info = get_worker_info()

@@ -28,7 +28,6 @@ import functools
 import itertools
 import json
 import math
-import multiprocessing as mp
 import os
 import statistics
 from collections.abc import Callable
@@ -41,6 +40,8 @@ from torch.utils.data import DataLoader, get_worker_info
 from torch.utils.data._utils import fetch as _fetch_module
 from torch.utils.data._utils.pin_memory import pin_memory as _pin_memory
 from torch.utils.data.dataloader import _SingleProcessDataLoaderIter
+
+from .system import default_start_method
 
 MAIN_PROCESS = -1  #: the ``worker`` of a batch fetched by the main process (0 workers)
 
@@ -384,10 +385,7 @@ def _median(values: list[float]) -> float:
 def loader_config(loader: DataLoader) -> dict[str, Any]:
     """The settings of ``loader`` that shape its timeline (JSON-friendly)."""
     context = loader.multiprocessing_context
-    if context is None:
-        start_method = mp.get_start_method(allow_none=True) or mp.get_context().get_start_method()
-    else:
-        start_method = context.get_start_method()
+    start_method = default_start_method() if context is None else context.get_start_method()
     try:
         dataset_len: int | None = len(loader.dataset)  # type: ignore[arg-type]
     except TypeError:

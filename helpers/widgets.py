@@ -17,6 +17,7 @@ from .datasets import WorkDataset
 from .loaders import HAS_IN_ORDER, make_loader
 from .models import ModelledStep
 from .plots import plot_timeline
+from .system import default_start_method
 from .theory import first_batch_time, recommend_num_workers, simulate, step_time
 from .timeline import Timeline, record
 
@@ -126,8 +127,7 @@ class TimelineExplorer:
         self.in_order = W.Checkbox(value=in_order, description="in_order", style=style,
                                    disabled=not HAS_IN_ORDER)
         methods = mp.get_all_start_methods()
-        default_method = mp.get_start_method(allow_none=True) or mp.get_context().get_start_method()
-        self.start_method = W.Dropdown(options=methods, value=start_method or default_method,
+        self.start_method = W.Dropdown(options=methods, value=start_method or default_start_method(),
                                        description="start method", style=style, layout=layout)
         self.run_button = W.Button(description="Run", button_style="primary", icon="play")
         self.progress = W.IntProgress(value=0, min=0, max=1, description="",
