@@ -11,7 +11,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from .theory import PlannedBatch
+from .theory import PlannedBatch, simulated_intervals
 from .timeline import MAIN_PROCESS, Timeline
 
 COLORS = {
@@ -170,8 +170,6 @@ def plot_intervals(
 
     ``predictions``: a :func:`helpers.simulate` schedule per timeline, drawn dashed.
     """
-    from .theory import simulated_intervals
-
     if ax is None:
         _, ax = plt.subplots(figsize=(10, 4), layout="constrained")
     cmap = matplotlib.colormaps["viridis"]

@@ -11,7 +11,7 @@ from importlib import metadata
 from . import config
 from .datasets import TaggedDataset
 from .loaders import make_loader
-from .system import shm_info
+from .system import format_shm, shm_info
 from .timeline import record
 
 PINNED = {"torch": "2.14.1", "torchvision": "0.29.1"}
@@ -90,8 +90,7 @@ def check_shm() -> Check:
         return Check("/dev/shm", True, "not present on this OS (macOS/Windows share memory "
                      "differently)", blocking=False)
     ok = info["total_bytes"] >= MINIMUM_SHM_BYTES
-    detail = f"{info['total_bytes'] / 2**30:.2f} GiB, {info['free_bytes'] / 2**30:.2f} GiB free"
-    return Check("/dev/shm", ok, detail,
+    return Check("/dev/shm", ok, format_shm(info),
                  "" if ok else "too small for several workers: in Docker use --shm-size=2g "
                                "or --ipc=host (notebook 08 shows the failure)",
                  blocking=False)

@@ -46,16 +46,17 @@ def shm_info(path: str = "/dev/shm") -> dict[str, float] | None:
     return {"total_bytes": float(usage.total), "free_bytes": float(usage.free)}
 
 
+def format_shm(info: dict[str, float]) -> str:
+    """``shm_info()`` as text, e.g. ``"2.00 GiB, 1.50 GiB free"``."""
+    return f"{info['total_bytes'] / 2**30:.2f} GiB, {info['free_bytes'] / 2**30:.2f} GiB free"
+
+
 class MachineDescription(dict):
     """A dict of machine facts that prints as a short table."""
 
     def rows(self) -> list[tuple[str, str]]:
         shm = self["shm"]
-        shm_text = (
-            "not present (macOS/Windows)"
-            if shm is None
-            else f"{shm['total_bytes'] / 2**30:.2f} GiB, {shm['free_bytes'] / 2**30:.2f} GiB free"
-        )
+        shm_text = "not present (macOS/Windows)" if shm is None else format_shm(shm)
         return [
             ("cores available", str(self["cores"])),
             ("python", self["python"]),
