@@ -13,6 +13,7 @@ from typing import Any
 
 from .config import available_cores, is_smoke, seconds, sized
 from .datasets import (
+    BatchedTensorDataset,
     BatchedTutorialDataset,
     BatchedWorkDataset,
     SleepDataset,
@@ -26,6 +27,7 @@ from .datasets import (
 )
 from .loaders import HAS_IN_ORDER, check_loader_args, make_loader
 from .models import ForumMLP, ModelledStep, TrainStep, TutorialNet
+from .prefetch import BatchTransform, DevicePrefetcher, HostTransform, ThreadPrefetcher
 from .setup_check import checks_html, run_setup_checks
 from .system import describe_machine, get_device, save_results
 from .theory import (
@@ -35,7 +37,21 @@ from .theory import (
     simulated_intervals,
     step_time,
 )
-from .timeline import MAIN_PROCESS, BatchRecord, EpochRecord, Timeline, record
+from .timeline import MAIN_PROCESS, BatchRecord, EpochRecord, Span, Timeline, record
+from .transfer import (
+    batch_nbytes,
+    copy_bandwidth,
+    nonblocking_readback_trap,
+    pin_memory_warning,
+    to_device,
+)
+from .workers import (
+    EpochEchoDataset,
+    EpochSampler,
+    SharedEpoch,
+    process_memory,
+    worker_memory,
+)
 
 _LAZY = {
     "plot_timeline": "plots",
@@ -54,13 +70,16 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "MAIN_PROCESS", "HAS_IN_ORDER", "BatchRecord", "EpochRecord", "Timeline", "record",
+    "MAIN_PROCESS", "HAS_IN_ORDER", "BatchRecord", "EpochRecord", "Span", "Timeline", "record",
     "available_cores", "is_smoke", "seconds", "sized",
-    "BatchedTutorialDataset", "BatchedWorkDataset", "SleepDataset", "SleepStream",
+    "BatchedTensorDataset", "BatchedTutorialDataset", "BatchedWorkDataset", "SleepDataset", "SleepStream",
     "StragglerDataset", "TaggedDataset",
     "TutorialDataset", "WorkDataset", "burn_cpu", "mnist_like",
     "check_loader_args", "make_loader",
     "ForumMLP", "ModelledStep", "TrainStep", "TutorialNet",
+    "BatchTransform", "DevicePrefetcher", "HostTransform", "ThreadPrefetcher",
+    "batch_nbytes", "copy_bandwidth", "nonblocking_readback_trap", "pin_memory_warning", "to_device",
+    "EpochEchoDataset", "EpochSampler", "SharedEpoch", "process_memory", "worker_memory",
     "describe_machine", "get_device", "save_results", "checks_html", "run_setup_checks",
     "first_batch_time", "recommend_num_workers", "simulate", "simulated_intervals", "step_time",
     *_LAZY,

@@ -242,6 +242,19 @@ class BatchedTutorialDataset(TutorialDataset):
         return [(image, self._label(i)) for image, i in zip(images, indices, strict=True)]
 
 
+class BatchedTensorDataset(TensorDataset):
+    """A ``TensorDataset`` with ``__getitems__``: one tensor index per batch instead of one
+    ``__getitem__`` call per sample.
+
+    The DataLoader still collates the rows it returns (``default_collate`` stacks
+    them); pass a ``BatchSampler`` with ``batch_size=None`` to skip that too.
+    """
+
+    def __getitems__(self, indices: list[int]) -> list[tuple[torch.Tensor, ...]]:
+        index = torch.as_tensor(indices)
+        return list(zip(*(tensor[index] for tensor in self.tensors), strict=True))
+
+
 def mnist_like(num_samples: int = 60_000, *, seed: int = 0) -> TensorDataset:
     """MNIST-shaped tensors held in memory (the forum case, SOURCES.md section 3).
 

@@ -74,11 +74,13 @@ def make_loader(
     drop_last: bool = False,
     collate_fn: Callable[[list[Any]], Any] | None = None,
     worker_init_fn: Callable[[int], Any] | None = None,
+    sampler: Any = None,
 ) -> DataLoader:
     """A ``DataLoader`` with the lab's knobs, checked first (:func:`check_loader_args`).
 
     ``start_method`` picks the workers' start method (fork, spawn, forkserver);
-    None uses the platform's default.
+    None uses the platform's default. ``sampler``: any sampler; with a
+    ``BatchSampler`` and ``batch_size=None`` each fetch gets a whole batch of indices.
     """
     check_loader_args(
         batch_size=batch_size,
@@ -104,5 +106,6 @@ def make_loader(
         drop_last=drop_last,
         collate_fn=collate_fn,
         worker_init_fn=worker_init_fn,
+        sampler=sampler,
         **kwargs,
     )

@@ -19,6 +19,8 @@ COLORS = {
     "wait": matplotlib.colormaps["tab10"](3),  # red
     "step": matplotlib.colormaps["tab10"](2),  # green
     "pin": matplotlib.colormaps["tab10"](4),  # purple
+    "copy": matplotlib.colormaps["tab10"](9),  # cyan
+    "transform": matplotlib.colormaps["tab10"](5),  # brown
     "startup": "0.75",
     "model": matplotlib.colormaps["tab10"](1),  # orange
 }
@@ -29,6 +31,8 @@ _CHAR_FRACTION = 0.0075  # width of one label character as a fraction of the tim
 def _rows(tl: Timeline) -> list[tuple[str, str, int | None]]:
     """(label, kind, worker) per row, top to bottom."""
     rows: list[tuple[str, str, int | None]] = [("loop", "loop", None)]
+    for row in dict.fromkeys(s.row for s in tl.spans):
+        rows.append((row, row, None))
     if any(b.pin_start is not None for b in tl.batches):
         rows.append(("pin thread", "pin", None))
     workers = tl.workers or list(range(tl.config.get("num_workers") or 0)) or [MAIN_PROCESS]
@@ -66,11 +70,13 @@ def plot_timeline(
 ) -> Axes:
     """Draw a Gantt chart of one recording.
 
-    Rows: the training loop (waiting in red, stepping in green, iterator start-up
-    in grey), the pinning thread when ``pin_memory`` was on (purple), and one row
-    per worker (fetches in blue, labelled with the batch's arrival index; worker
-    start-up in grey). Dashed lines mark epoch starts. The title carries the
-    loader's settings and the summary numbers.
+    Rows: the training loop (waiting in red, copying to the device in cyan when
+    ``record(device=...)``, stepping in green, iterator start-up in grey), a row per
+    prefetcher span row (``record(wrap=...)``: transforms in brown, copies in cyan),
+    the pinning thread when ``pin_memory`` was on (purple), and one row per worker
+    (fetches in blue, labelled with the batch's arrival index; worker start-up in
+    grey). Dashed lines mark epoch starts. The title carries the loader's settings
+    and the summary numbers.
     """
     rows = _rows(tl)
     if ax is None:
@@ -87,11 +93,26 @@ def plot_timeline(
     startup = [(e.iter_start, e.startup_s) for e in tl.epochs]
     ax.broken_barh(startup, (loop_y - half, _BAR_HEIGHT), color=COLORS["startup"])
     waits = [(b.wait_start, b.wait_s) for b in tl.batches]
-    steps = [(b.ready, b.step_s) for b in tl.batches]
+    steps = [(b.step_start, b.step_s) for b in tl.batches]
+    copies = [(b.ready, b.copy_s) for b in tl.batches if b.copy_end is not None]
     ax.broken_barh(waits, (loop_y - half, _BAR_HEIGHT), color=COLORS["wait"])
+    ax.broken_barh(copies, (loop_y - half, _BAR_HEIGHT), color=COLORS["copy"])
     ax.broken_barh(steps, (loop_y - half, _BAR_HEIGHT), color=COLORS["step"])
     if label_batches:
-        _label_bars(ax, [(b.ready, b.step_s, name(b)) for b in tl.batches], loop_y, span_s)
+        _label_bars(ax, [(b.step_start, b.step_s, name(b)) for b in tl.batches], loop_y, span_s)
+    span_kinds = set()
+    for row in dict.fromkeys(sp.row for sp in tl.spans):
+        y = y_of[(row, None)]
+        mine = [sp for sp in tl.spans if sp.row == row]
+        for kind in dict.fromkeys(sp.kind for sp in mine):
+            span_kinds.add(kind)
+            ax.broken_barh([(sp.start, sp.end - sp.start) for sp in mine if sp.kind == kind],
+                           (y - half, _BAR_HEIGHT), facecolor=COLORS.get(kind, COLORS["transform"]),
+                           edgecolor="white", linewidth=0.5)
+        if label_batches:
+            _label_bars(ax, [(sp.start, sp.end - sp.start,
+                              f"{sp.epoch}.{sp.batch}" if multi_epoch else str(sp.batch))
+                             for sp in mine], y, span_s)
 
     if ("pin", None) in y_of:
         pin_y = y_of[("pin", None)]
@@ -131,6 +152,10 @@ def plot_timeline(
                          label="start-up")]
         if ("pin", None) in y_of:
             handles.append(Patch(color=COLORS["pin"], label="pin_memory"))
+        if any(b.copy_end is not None for b in tl.batches) or "copy" in span_kinds:
+            handles.append(Patch(color=COLORS["copy"], label="copy to device"))
+        if "transform" in span_kinds:
+            handles.append(Patch(color=COLORS["transform"], label="per-batch transform"))
         ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7,
                   frameon=False)
     return ax

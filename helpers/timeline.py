@@ -7,7 +7,11 @@ for every batch:
   ``fetch_start`` / ``fetch_end`` around the dataset access and ``collate_fn``;
 * in the loop: ``wait_start`` (the loop asks for the next batch), ``ready`` (the
   batch is in hand) and ``step_end`` (the step on it returned);
-* with ``pin_memory=True``: ``pin_start`` / ``pin_end`` in the pinning thread.
+* with ``pin_memory=True``: ``pin_start`` / ``pin_end`` in the pinning thread;
+* with ``device=``: ``copy_end``, when the loop's copy of the batch to the device
+  finished (the device is synchronised before the clock is read);
+* with ``wrap=`` (a prefetcher around the loader's iterator, e.g.
+  :class:`helpers.ThreadPrefetcher`): the prefetcher's own spans, one row each.
 
 All times are seconds on one clock (``time.perf_counter``, system-wide on Linux,
 macOS and Windows), relative to the recording's start.
@@ -42,6 +46,7 @@ from torch.utils.data._utils.pin_memory import pin_memory as _pin_memory
 from torch.utils.data.dataloader import _SingleProcessDataLoaderIter
 
 from .system import default_start_method
+from .transfer import synchronize, to_device
 
 MAIN_PROCESS = -1  #: the ``worker`` of a batch fetched by the main process (0 workers)
 
@@ -71,6 +76,18 @@ class _Stamped:
         self.data = _pin_memory(self.data, device)
         self.pin_start, self.pin_end = start, clock()
         return self
+
+
+def map_data(item: Any, fn: Callable[[Any], Any]) -> Any:
+    """Apply ``fn`` to a batch, inside the instrument's envelope when there is one.
+
+    Prefetchers that :func:`record` wraps around a loader's iterator (``wrap=``) see
+    envelopes; they transform the batch with this so the timings travel on.
+    """
+    if isinstance(item, _Stamped):
+        item.data = fn(item.data)
+        return item
+    return fn(item)
 
 
 def _indices_of(possibly_batched_index) -> tuple[int, ...] | None:
@@ -172,6 +189,7 @@ class BatchRecord:
     pid: int  #: the fetching process
     pin_start: float | None = None  #: pinning thread starts pinning it (pin_memory=True)
     pin_end: float | None = None
+    copy_end: float | None = None  #: the loop's copy to the device finished (``device=``)
 
     @property
     def wait_s(self) -> float:
@@ -179,8 +197,18 @@ class BatchRecord:
         return self.ready - self.wait_start
 
     @property
+    def step_start(self) -> float:
+        """When the step began: after the loop's device copy, if it made one."""
+        return self.ready if self.copy_end is None else self.copy_end
+
+    @property
     def step_s(self) -> float:
-        return self.step_end - self.ready
+        return self.step_end - self.step_start
+
+    @property
+    def copy_s(self) -> float:
+        """The loop's own copy to the device (0.0 when it made none)."""
+        return 0.0 if self.copy_end is None else self.copy_end - self.ready
 
     @property
     def fetch_s(self) -> float:
@@ -210,6 +238,20 @@ class EpochRecord:
         return None if self.first_ready is None else self.first_ready - self.iter_start
 
 
+@dataclass(frozen=True)
+class Span:
+    """Work done beside the loader by a prefetcher that :func:`record` wrapped (``wrap=``):
+    a transform in a background thread, a copy on a side CUDA stream. Seconds since
+    the recording started."""
+
+    row: str  #: the timeline row, e.g. "prefetch thread" or "copy stream"
+    kind: str  #: what was done, e.g. "transform" or "copy"
+    start: float
+    end: float
+    epoch: int
+    batch: int  #: the prefetcher's count of batches handed out in this epoch (0-based)
+
+
 @dataclass
 class Timeline:
     """What :func:`record` measured: every batch, every epoch, and the loader's settings."""
@@ -217,6 +259,7 @@ class Timeline:
     batches: list[BatchRecord]
     epochs: list[EpochRecord]
     config: dict[str, Any]
+    spans: list[Span] = field(default_factory=list)
 
     # -- derived views ------------------------------------------------------
     @property
@@ -268,6 +311,34 @@ class Timeline:
         """Time the loop had no batch in hand: creating iterators plus waiting in ``next``."""
         return sum(e.startup_s for e in self.epochs) + sum(b.wait_s for b in self.batches)
 
+    def runahead(self) -> dict[int, int]:
+        """Per fetching process, the most batches it had *started* for later loop iterations
+        at the moment the loop asked for a batch: how far ahead it ran (``prefetch_factor``
+        caps it per worker)."""
+        out: dict[int, int] = {}
+        for epoch in self.epochs:
+            mine = self.epoch_batches(epoch.epoch)
+            for b in mine:
+                for w in {c.worker for c in mine}:
+                    ahead = sum(1 for c in mine
+                                if c.worker == w and c.index > b.index and c.fetch_start < b.wait_start)
+                    out[w] = max(out.get(w, 0), ahead)
+        return dict(sorted(out.items()))
+
+    def peak_buffered(self) -> int:
+        """The most batches that were built (fetch ended) but not yet taken by the loop,
+        at any moment: what the pipeline held in memory beyond the batch in use."""
+        events = []
+        for b in self.batches:
+            if b.fetch_end < b.ready:
+                events.append((b.fetch_end, 1))
+                events.append((b.ready, -1))
+        level = peak = 0
+        for _, change in sorted(events, key=lambda e: (e[0], e[1])):
+            level += change
+            peak = max(peak, level)
+        return peak
+
     def summary(self) -> dict[str, Any]:
         """Headline numbers (seconds, fractions of wall time, batches per second).
 
@@ -298,6 +369,7 @@ class Timeline:
             ],
             "startup_s_per_epoch": [e.startup_s for e in self.epochs],
             "mean_step_s": _mean([b.step_s for b in self.batches]),
+            "mean_copy_s": _mean([b.copy_s for b in self.batches]),
             "mean_fetch_s": _mean([b.fetch_s for b in self.batches]),
             "worker_busy": {w: t / wall if wall > 0 else math.nan for w, t in sorted(busy.items())},
         }
@@ -324,6 +396,7 @@ class Timeline:
             "config": self.config,
             "epochs": [asdict(e) for e in self.epochs],
             "batches": [asdict(b) for b in self.batches],
+            "spans": [asdict(s) for s in self.spans],
         }
 
     def to_chrome_trace(self, path: str | os.PathLike) -> Path:
@@ -355,10 +428,17 @@ class Timeline:
             events.append(span(f"fetch {label}", tid, b.fetch_start, b.fetch_end,
                                indices=list(b.indices) if b.indices else None))
             events.append(span(f"wait {label}", loop_tid, b.wait_start, b.ready))
-            events.append(span(f"step {label}", loop_tid, b.ready, b.step_end))
+            if b.copy_end is not None:
+                events.append(span(f"copy {label}", loop_tid, b.ready, b.copy_end))
+            events.append(span(f"step {label}", loop_tid, b.step_start, b.step_end))
             if b.pin_start is not None and b.pin_end is not None:
                 names[pin_tid] = "pin_memory thread"
                 events.append(span(f"pin {label}", pin_tid, b.pin_start, b.pin_end))
+        span_rows = sorted({s.row for s in self.spans})
+        for s in self.spans:
+            tid = 1000 + span_rows.index(s.row)
+            names[tid] = s.row
+            events.append(span(f"{s.kind} e{s.epoch} b{s.batch}", tid, s.start, s.end))
         for tid, name in names.items():
             events.append({"name": "thread_name", "ph": "M", "pid": 1, "tid": tid,
                            "args": {"name": name}})
@@ -425,6 +505,8 @@ def record(
     epochs: int = 1,
     max_batches: int | None = None,
     on_batch: Callable[[BatchRecord], Any] | None = None,
+    device: Any = None,
+    wrap: Callable[[Any], Any] | None = None,
 ) -> Timeline:
     """Iterate ``loader`` like a training loop, call ``step(batch)`` on each batch, and
     measure every batch (see the module docstring).
@@ -438,6 +520,13 @@ def record(
         epochs: how many passes over the loader.
         max_batches: stop after this many batches in total (across epochs).
         on_batch: called with each :class:`BatchRecord` as it completes (progress bars).
+        device: copy each batch to this device in the loop before ``step`` (with
+            ``non_blocking`` when the loader pins memory), synchronise, and record
+            ``copy_end``: the copy shows as its own segment on the loop's row.
+        wrap: called with each epoch's loader iterator; returns the iterable the loop
+            takes batches from (a prefetcher such as :class:`helpers.ThreadPrefetcher`
+            or :class:`helpers.DevicePrefetcher`). Its ``spans`` are recorded, and its
+            ``close()`` is called when the epoch ends.
 
     The recording starts from cold workers: a persistent iterator the loader already
     had is shut down first, and the recording's own workers are shut down at the end
@@ -455,6 +544,7 @@ def record(
 
     batches: list[BatchRecord] = []
     epoch_records: list[EpochRecord] = []
+    spans: list[Span] = []
     config = loader_config(loader)
     user_init = loader.worker_init_fn
     _drop_workers(loader)
@@ -470,6 +560,8 @@ def record(
             if isinstance(iterator, _SingleProcessDataLoaderIter):
                 fetcher = iterator._dataset_fetcher
                 fetcher.fetch = _MainProcessFetch(fetcher.fetch)
+            source = iterator if wrap is None else wrap(iterator)
+            source_iter = iter(source)
             iter_end = clock()
             first_ready = None
             worker_ready: dict[int, float] = {}
@@ -478,7 +570,7 @@ def record(
                     break
                 wait_start = clock()
                 try:
-                    item = next(iterator)
+                    item = next(source_iter)
                 except StopIteration:
                     break
                 ready = clock()
@@ -488,7 +580,14 @@ def record(
                         "torch.utils.data.DataLoader iterators (a DataLoader subclass that "
                         "changes iteration is not supported)"
                     )
-                step(item.data)
+                copy_end = None
+                data = item.data
+                if device is not None:
+                    data = to_device(data, device, non_blocking=loader.pin_memory)
+                    synchronize(device)
+                    copy_end = clock()
+                step(data)
+                del data
                 step_end = clock()
                 if first_ready is None:
                     first_ready = ready
@@ -508,12 +607,19 @@ def record(
                     pid=item.pid,
                     pin_start=None if item.pin_start is None else item.pin_start - t0,
                     pin_end=None if item.pin_end is None else item.pin_end - t0,
+                    copy_end=None if copy_end is None else copy_end - t0,
                 )
                 batches.append(record_)
                 del item
                 if on_batch is not None:
                     on_batch(record_)
             end = clock()
+            if source is not iterator:
+                close = getattr(source, "close", None)
+                if close is not None:
+                    close()
+                spans.extend(Span(row, kind, start - t0, stop - t0, epoch, number)
+                             for row, kind, start, stop, number in getattr(source, "spans", ()))
             epoch_records.append(EpochRecord(
                 epoch=epoch,
                 iter_start=iter_start - t0,
@@ -524,8 +630,8 @@ def record(
             ))
             # Without persistent workers, end this epoch's workers now (as a loop that
             # moves on to the next epoch does); the time shows before the next iter().
-            del iterator
+            del iterator, source, source_iter
     finally:
         loader.worker_init_fn = user_init
         _drop_workers(loader)
-    return Timeline(batches=batches, epochs=epoch_records, config=config)
+    return Timeline(batches=batches, epochs=epoch_records, config=config, spans=spans)

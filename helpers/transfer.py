@@ -1,0 +1,170 @@
+"""Host-to-device copies: moving batches, pinned vs pageable bandwidth, the non_blocking trap.
+
+Everything here runs on any machine: with no accelerator the functions either
+work on the CPU (``to_device``) or say what they need (``copy_bandwidth`` and
+``nonblocking_readback_trap`` raise naming the fix, so a notebook cell that
+calls them only where ``torch.cuda.is_available()`` is honest about skipping).
+"""
+
+from __future__ import annotations
+
+import statistics
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from time import perf_counter as clock
+from typing import Any
+
+import torch
+
+
+def to_device(batch: Any, device: torch.device | str, *, non_blocking: bool = False) -> Any:
+    """``batch`` with every tensor moved to ``device`` (tuples, lists and dicts kept).
+
+    ``non_blocking=True`` only makes a host-to-device copy asynchronous when the
+    source is in pinned memory; from pageable memory the copy is synchronous anyway.
+    """
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=non_blocking)
+    if isinstance(batch, Mapping):
+        return {k: to_device(v, device, non_blocking=non_blocking) for k, v in batch.items()}
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # namedtuple
+        return type(batch)(*(to_device(v, device, non_blocking=non_blocking) for v in batch))
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(to_device(v, device, non_blocking=non_blocking) for v in batch)
+    return batch
+
+
+def batch_nbytes(batch: Any) -> int:
+    """Bytes held by the tensors in ``batch`` (nested tuples, lists and dicts)."""
+    if isinstance(batch, torch.Tensor):
+        return batch.element_size() * batch.nelement()
+    if isinstance(batch, Mapping):
+        return sum(batch_nbytes(v) for v in batch.values())
+    if isinstance(batch, (list, tuple)):
+        return sum(batch_nbytes(v) for v in batch)
+    return 0
+
+
+def synchronize(device: torch.device | str) -> None:
+    """Wait for all work queued on ``device`` (a no-op on the CPU)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _require_cuda(device: torch.device | str) -> torch.device:
+    device = torch.device(device)
+    if device.type != "cuda" or not torch.cuda.is_available():
+        raise RuntimeError(
+            f"this measurement needs a CUDA device, got {device}: run it on a machine with an "
+            "NVIDIA GPU (torch.cuda.is_available() is False here)"
+        )
+    return device
+
+
+def pin_memory_warning() -> str | None:
+    """What PyTorch says when a DataLoader asks for ``pin_memory=True`` on this machine.
+
+    Iterates a tiny loader with ``pin_memory=True`` and returns the warning text it
+    raised (None when it raised none, as on a machine with an accelerator).
+    """
+    from torch.utils.data import DataLoader
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in DataLoader(torch.zeros(2, 1), batch_size=1, pin_memory=True):
+            pass
+    messages = [str(w.message) for w in caught if "pin_memory" in str(w.message)]
+    return messages[0] if messages else None
+
+
+@dataclass(frozen=True)
+class CopyTiming:
+    """Host-to-device copy of one size, median over repeats (GB/s = 1e9 bytes/s)."""
+
+    nbytes: int
+    pageable_gbps: float  #: ``t.to(dev)`` from ordinary (pageable) memory
+    pinned_gbps: float  #: ``t.to(dev)`` from pinned memory
+    pin_then_copy_gbps: float  #: ``t.pin_memory().to(dev, non_blocking=True)``, pinning included
+    pageable_nonblocking_call_s: float  #: host time inside ``.to(dev, non_blocking=True)``, pageable
+    pinned_nonblocking_call_s: float  #: same from pinned memory: returns before the copy ends
+
+
+def copy_bandwidth(
+    sizes_bytes: Sequence[int], device: torch.device | str = "cuda", *, repeats: int = 5
+) -> list[CopyTiming]:
+    """Measure host-to-device copies for each size: pageable vs pinned, blocking vs not.
+
+    Each figure is the median of ``repeats`` timed copies after one warm-up copy;
+    the device is synchronised before every clock read. Needs CUDA (raises otherwise).
+    """
+    device = _require_cuda(device)
+    return [_time_copies(int(nbytes), device, repeats) for nbytes in sizes_bytes]
+
+
+def _time_copies(nbytes: int, device: torch.device, repeats: int) -> CopyTiming:
+    pageable = torch.empty(max(nbytes // 4, 1), dtype=torch.float32).fill_(1.0)
+    pinned = pageable.pin_memory()
+
+    def timed(fn) -> float:
+        fn()  # warm-up (allocations, first touch)
+        torch.cuda.synchronize(device)
+        times = []
+        for _ in range(repeats):
+            start = clock()
+            fn()
+            torch.cuda.synchronize(device)
+            times.append(clock() - start)
+        return statistics.median(times)
+
+    def call_time(source: torch.Tensor) -> float:
+        times = []
+        for _ in range(repeats):
+            torch.cuda.synchronize(device)
+            start = clock()
+            source.to(device, non_blocking=True)
+            times.append(clock() - start)
+        torch.cuda.synchronize(device)
+        return statistics.median(times)
+
+    size = pageable.element_size() * pageable.nelement()
+    return CopyTiming(
+        nbytes=size,
+        pageable_gbps=size / timed(lambda: pageable.to(device)) / 1e9,
+        pinned_gbps=size / timed(lambda: pinned.to(device)) / 1e9,
+        pin_then_copy_gbps=size / timed(lambda: pageable.pin_memory().to(device, non_blocking=True)) / 1e9,
+        pageable_nonblocking_call_s=call_time(pageable),
+        pinned_nonblocking_call_s=call_time(pinned),
+    )
+
+
+def nonblocking_readback_trap(
+    device: torch.device | str = "cuda", *, numel: int = 1 << 24
+) -> dict[str, Any]:
+    """Copy device -> host with ``non_blocking=True`` and read the result before and
+    after ``torch.cuda.synchronize()``.
+
+    The device is kept busy first (a chain of in-place ops on the source), so the
+    copy is still queued when the host reads. Returns whether the early read was
+    wrong, and the values seen: a real check, not a staged one — if the copy
+    happened to finish first, ``early_read_wrong`` is False. Needs CUDA.
+    """
+    device = _require_cuda(device)
+    source = torch.zeros(numel, device=device)
+    torch.cuda.synchronize(device)
+    for _ in range(50):  # queue work so the copy below waits behind it
+        source.add_(1.0)
+    expected = 50.0
+    host = source.to("cpu", non_blocking=True)  # returns at once; lands in pinned memory
+    early = host[-1000:].clone()  # read before synchronising: may see memory not yet written
+    torch.cuda.synchronize(device)
+    late = host[-1000:].clone()
+    return {
+        "numel": numel,
+        "expected": expected,
+        "host_is_pinned": bool(host.is_pinned()),
+        "early_read_wrong": not bool(torch.all(early == expected)),
+        "early_values": sorted({float(v) for v in early.unique()[:5]}),
+        "after_sync_correct": bool(torch.all(late == expected)),
+    }
