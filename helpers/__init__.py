@@ -58,6 +58,7 @@ _LAZY = {
     "plot_timelines": "plots",
     "plot_intervals": "plots",
     "plot_step_time_model": "plots",
+    "plot_bandwidth": "plots",
     "TimelineExplorer": "widgets",
 }
 

@@ -195,6 +195,8 @@ class TutorialDataset(Dataset):
     Item ``i``: a ``randn(shape)`` image (seeded by ``seed + i``, so repeatable)
     and a label in ``[0, num_classes)``, after a simulated transform of
     ``delay_s`` seconds of sleep. Defaults: 512 items of 3x224x224, 5 ms each.
+    ``uint8=True``: the image as raw bytes (uniform in 0..255, uint8), a quarter of
+    the float32 size, for pipelines that normalise on the device.
     """
 
     def __init__(
@@ -205,6 +207,7 @@ class TutorialDataset(Dataset):
         delay_s: float = 0.005,
         num_classes: int = 10,
         seed: int = 0,
+        uint8: bool = False,
     ):
         if length < 1:
             raise ValueError(f"length must be >= 1, got {length}")
@@ -214,6 +217,7 @@ class TutorialDataset(Dataset):
         self.delay_s = delay_s
         self.num_classes = num_classes
         self.seed = seed
+        self.uint8 = uint8
 
     def __len__(self) -> int:
         return self.length
@@ -224,6 +228,9 @@ class TutorialDataset(Dataset):
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
         time.sleep(self.delay_s)
         generator = torch.Generator().manual_seed(self.seed + int(index))
+        if self.uint8:
+            image = torch.randint(0, 256, self.shape, generator=generator, dtype=torch.uint8)
+            return image, self._label(index)
         return torch.randn(self.shape, generator=generator), self._label(index)
 
 

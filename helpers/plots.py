@@ -133,9 +133,12 @@ def plot_timeline(
         if label_batches:
             _label_bars(ax, [(b.fetch_start, b.fetch_s, name(b)) for b in mine], y, span_s)
 
+    last_label = -math.inf
     for e in tl.epochs[1:]:
         ax.axvline(e.iter_start, color="0.3", linestyle="--", linewidth=0.8)
-        ax.text(e.iter_start, len(rows) - 0.45, f" epoch {e.epoch}", fontsize=7, va="bottom")
+        if e.iter_start - last_label > 0.06 * span_s:  # labels that would overlap are left out
+            ax.text(e.iter_start, len(rows) - 0.45, f" epoch {e.epoch}", fontsize=7, va="bottom")
+            last_label = e.iter_start
 
     ax.set_yticks(range(len(rows)), [label for label, _, _ in reversed(rows)])
     ax.set_ylim(-0.6, len(rows) - 0.2)
@@ -176,9 +179,15 @@ def plot_timelines(
     fig, axes = plt.subplots(len(timelines), 1, figsize=(12, sum(heights)), sharex=True,
                              height_ratios=heights, layout="constrained", squeeze=False)
     end = max(tl.wall_s for tl in timelines) * 1.01
+    previous_kinds = None
     for i, (tl, ax) in enumerate(zip(timelines, axes[:, 0], strict=True)):
+        # a legend on the first panel, and on any panel that adds a kind of row
+        kinds = ({kind for _, kind, _ in _rows(tl)} | {s.kind for s in tl.spans}
+                 | {"copy" for b in tl.batches if b.copy_end is not None})
         plot_timeline(tl, ax, title=None if titles is None else titles[i],
-                      label_batches=label_batches, xlim=(0, end), legend=i == 0)
+                      label_batches=label_batches, xlim=(0, end),
+                      legend=previous_kinds is None or not kinds <= previous_kinds)
+        previous_kinds = kinds if previous_kinds is None else previous_kinds | kinds
         if i < len(timelines) - 1:
             ax.set_xlabel("")
     return fig
@@ -235,6 +244,26 @@ def plot_step_time_model(
     ax.set_ylabel("mean time per batch (s)")
     ax.set_xticks(list(worker_counts))
     ax.set_ylim(bottom=0, top=max(max(measured_s), max(predicted_s)) * 1.15 or math.inf)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return ax
+
+
+def plot_bandwidth(timings: Sequence, ax: Axes | None = None) -> Axes:
+    """Host-to-device bandwidth per copy size (:func:`helpers.copy_bandwidth`): pageable,
+    pinned, and pinning inside the copy."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 4), layout="constrained")
+    sizes = [t.nbytes / 2**20 for t in timings]
+    ax.plot(sizes, [t.pageable_gbps for t in timings], marker="o", label="pageable: t.to(dev)")
+    ax.plot(sizes, [t.pinned_gbps for t in timings], marker="s", color=COLORS["pin"],
+            label="pinned: t.to(dev)")
+    ax.plot(sizes, [t.pin_then_copy_gbps for t in timings], marker="^", linestyle="--",
+            label="t.pin_memory().to(dev, non_blocking=True)")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("copy size (MiB)")
+    ax.set_ylabel("host → device (GB/s)")
+    ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     return ax

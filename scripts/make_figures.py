@@ -1,7 +1,12 @@
 """Make the reference figures in images/ from real runs (full sizes, never smoke mode).
 
-The blog experiment (SOURCES.md section 2): 20 items that each sleep 1 s, batch size 1,
-a modelled 0.25 s step, 0-4 workers, fork. About 75 s on any machine.
+* The blog experiment (SOURCES.md section 2): 20 items that each sleep 1 s, batch size
+  1, a modelled 0.25 s step, 0-4 workers, fork.
+* Notebook 02: slow samples (1 in 6 is 6x slower) with prefetch_factor 1 vs 4.
+* Notebook 04: 6 short epochs with spawn, persistent_workers off vs on.
+* Notebook 05: a per-batch main-process transform in the loop's thread vs a prefetch thread.
+
+About 2.5 minutes on any machine (sleep-based workloads).
 """
 
 from __future__ import annotations
@@ -51,7 +56,39 @@ def main() -> None:
                      for x, tl in runs.items()])
     ax.set_title(f"Time between loop iterations, measured vs model ({where})", fontsize=9)
     ax.figure.savefig(OUT / "blog_intervals.png", dpi=110)
-    print("wrote", *sorted(p.name for p in OUT.glob("blog_*.png")), "in", os.path.relpath(OUT))
+    core_series(start, where)
+    print("wrote", *sorted(p.name for p in OUT.glob("*.png")), "in", os.path.relpath(OUT))
+
+
+def core_series(start: str | None, where: str) -> None:
+    """One reference figure each for notebooks 02, 04 and 05 (CPU paths, full size)."""
+    step = helpers.ModelledStep(0.1)
+    bursty = helpers.StragglerDataset(36, 0.08, every=6, factor=6.0)
+    runs = [helpers.record(helpers.make_loader(bursty, num_workers=2, prefetch_factor=pf,
+                                               start_method=start), step) for pf in (1, 4)]
+    fig = helpers.plot_timelines(runs, titles=[f"prefetch_factor=1, 1 item in 6 is 6x slower ({where})",
+                                               "prefetch_factor=4"], label_batches=False)
+    fig.savefig(OUT / "prefetch_slow_samples.png", dpi=100)
+
+    if "spawn" in mp.get_all_start_methods():
+        runs = [helpers.record(helpers.make_loader(helpers.SleepDataset(8, 0.1), num_workers=2,
+                                                   prefetch_factor=2, persistent_workers=persistent,
+                                                   start_method="spawn"),
+                               helpers.ModelledStep(0.05), epochs=6) for persistent in (False, True)]
+        fig = helpers.plot_timelines(runs, titles=[f"spawn, persistent_workers={p}" for p in (False, True)],
+                                     label_batches=False)
+        fig.savefig(OUT / "persistent_workers_spawn.png", dpi=100)
+
+    def loader():
+        return helpers.make_loader(helpers.WorkDataset(32, item_sleep_s=0.04), batch_size=2,
+                                   num_workers=2, prefetch_factor=2, start_method=start)
+
+    transform = helpers.HostTransform(busy_s=0.08)
+    runs = [helpers.record(loader(), step, wrap=lambda it: helpers.BatchTransform(it, transform)),
+            helpers.record(loader(), step, wrap=lambda it: helpers.ThreadPrefetcher(it, transform))]
+    fig = helpers.plot_timelines(runs, titles=[f"0.08 s transform in the loop's thread ({where})",
+                                               "the same transform in a prefetch thread"])
+    fig.savefig(OUT / "host_prefetch_thread.png", dpi=100)
 
 
 if __name__ == "__main__":

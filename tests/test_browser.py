@@ -1,5 +1,5 @@
-"""What a person sees: JupyterLab in Chromium runs notebook 01, the explorer renders,
-and moving a slider + Run redraws the timeline.
+"""What a person sees: JupyterLab in Chromium runs a notebook (01, and 04 from the core
+series), its explorer renders, and moving a slider + Run redraws the timeline.
 
 Needs Debian's ``chromium`` (``.ci/run`` installs it) and the ``playwright`` package;
 Playwright drives the system Chromium, it never downloads a browser.
@@ -24,7 +24,7 @@ import pytest
 pytestmark = pytest.mark.browser
 
 ROOT = Path(__file__).resolve().parent.parent
-NOTEBOOK = "01_baseline_loop.ipynb"
+NOTEBOOKS = ["01_baseline_loop.ipynb", "04_persistent_workers.ipynb"]
 ARTIFACTS = ROOT / "test-artifacts"
 CHROMIUM_FLAGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -48,8 +48,9 @@ def lab(tmp_path_factory):
     base = tmp_path_factory.mktemp("lab")
     root = base / "notebooks"
     root.mkdir()
-    # A copy: JupyterLab autosaves, and must never write to the committed notebook.
-    shutil.copy(ROOT / "notebooks" / NOTEBOOK, root / NOTEBOOK)
+    # Copies: JupyterLab autosaves, and must never write to the committed notebooks.
+    for name in NOTEBOOKS:
+        shutil.copy(ROOT / "notebooks" / name, root / name)
     config_dir = base / "config"
     settings = config_dir / "lab/user-settings/@jupyterlab/apputils-extension"
     settings.mkdir(parents=True)
@@ -91,7 +92,8 @@ def lab(tmp_path_factory):
             server.wait(timeout=10)
 
 
-def test_explorer_renders_and_redraws_in_jupyterlab(lab):
+@pytest.mark.parametrize("notebook", NOTEBOOKS)
+def test_explorer_renders_and_redraws_in_jupyterlab(lab, notebook):
     from playwright.sync_api import sync_playwright
 
     page_errors: list[str] = []
@@ -100,7 +102,7 @@ def test_explorer_renders_and_redraws_in_jupyterlab(lab):
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.on("pageerror", lambda error: page_errors.append(str(error)))
         try:
-            page.goto(f"{lab['url']}/lab/tree/{NOTEBOOK}?token={lab['token']}&reset")
+            page.goto(f"{lab['url']}/lab/tree/{notebook}?token={lab['token']}&reset")
             page.wait_for_selector(".jp-Notebook", timeout=60_000)
             page.wait_for_function(
                 "document.querySelector('#jp-main-statusbar')?.innerText.includes('Idle')",
@@ -132,10 +134,11 @@ def test_explorer_renders_and_redraws_in_jupyterlab(lab):
             assert "num_workers=3" in page.inner_text("body")  # the knob reached the run
             assert page_errors == [], page_errors
             ARTIFACTS.mkdir(exist_ok=True)
-            page.screenshot(path=str(ARTIFACTS / "browser-explorer.png"), full_page=True)
+            page.screenshot(path=str(ARTIFACTS / f"browser-{Path(notebook).stem}.png"), full_page=True)
         except Exception:
             ARTIFACTS.mkdir(exist_ok=True)
-            page.screenshot(path=str(ARTIFACTS / "browser-failure.png"), full_page=True)
+            page.screenshot(path=str(ARTIFACTS / f"browser-failure-{Path(notebook).stem}.png"),
+                            full_page=True)
             raise
         finally:
             browser.close()

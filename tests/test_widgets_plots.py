@@ -69,3 +69,27 @@ def test_plot_timelines_shares_the_time_axis_and_checks_titles():
         helpers.plot_timelines(tls, titles=["only one"])
     with pytest.raises(ValueError):
         helpers.plot_timelines([])
+
+
+def test_prefetcher_rows_and_copy_segments_are_drawn_with_a_legend():
+    loader = helpers.make_loader(helpers.WorkDataset(4, item_shape=(2,)), batch_size=1)
+    plain = helpers.record(loader, helpers.ModelledStep(0.001))
+    wrapped = helpers.record(loader, helpers.ModelledStep(0.001), device="cpu",
+                             wrap=lambda it: helpers.BatchTransform(it, helpers.HostTransform(sleep_s=0.002)))
+    fig = helpers.plot_timelines([plain, wrapped])
+    labels = [t.get_text() for t in fig.axes[1].get_yticklabels()]
+    assert "transform (loop thread)" in labels
+    legend = fig.axes[1].get_legend()  # the second panel adds kinds of rows, so it explains them
+    assert legend is not None
+    texts = {t.get_text() for t in legend.get_texts()}
+    assert {"copy to device", "per-batch transform"} <= texts
+    plt.close(fig)
+
+
+def test_plot_bandwidth_draws_three_lines():
+    from helpers.transfer import CopyTiming
+
+    timings = [CopyTiming(2**k, 5.0, 20.0, 3.0, 0.01, 1e-5) for k in (16, 20, 24)]
+    ax = helpers.plot_bandwidth(timings)
+    assert len(ax.get_lines()) == 3
+    plt.close(ax.figure)
