@@ -29,6 +29,7 @@ from .loaders import HAS_IN_ORDER, check_loader_args, make_loader
 from .models import ForumMLP, ModelledStep, TrainStep, TutorialNet
 from .prefetch import BatchTransform, DevicePrefetcher, HostTransform, ThreadPrefetcher
 from .setup_check import checks_html, run_setup_checks
+from .storage import BatchedSqliteDataset, SqliteDataset, make_sqlite_db
 from .system import describe_machine, get_device, save_results
 from .theory import (
     first_batch_time,
@@ -59,6 +60,7 @@ _LAZY = {
     "plot_intervals": "plots",
     "plot_step_time_model": "plots",
     "plot_bandwidth": "plots",
+    "plot_ratios": "plots",
     "TimelineExplorer": "widgets",
 }
 
@@ -81,6 +83,7 @@ __all__ = [
     "BatchTransform", "DevicePrefetcher", "HostTransform", "ThreadPrefetcher",
     "batch_nbytes", "copy_bandwidth", "nonblocking_readback_trap", "pin_memory_warning", "to_device",
     "EpochEchoDataset", "EpochSampler", "SharedEpoch", "process_memory", "worker_memory",
+    "BatchedSqliteDataset", "SqliteDataset", "make_sqlite_db",
     "describe_machine", "get_device", "save_results", "checks_html", "run_setup_checks",
     "first_batch_time", "recommend_num_workers", "simulate", "simulated_intervals", "step_time",
     *_LAZY,

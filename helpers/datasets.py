@@ -119,6 +119,9 @@ class WorkDataset(Dataset):
     Item ``i`` is the integer ``i`` when ``item_shape`` is ``()``; otherwise a
     float32 tensor of ``item_shape`` filled with ``i`` (so the payload has a real
     size in shared memory and its content can be checked).
+
+    ``slow_every=k`` (k >= 1) makes items ``i % k == 0`` cost ``slow_factor`` times the
+    per-item cost: stragglers among many (0 = none).
     """
 
     def __init__(
@@ -130,9 +133,14 @@ class WorkDataset(Dataset):
         request_sleep_s: float = 0.0,
         request_busy_s: float = 0.0,
         item_shape: Sequence[int] = (),
+        slow_every: int = 0,
+        slow_factor: float = 1.0,
     ):
         if length < 1:
             raise ValueError(f"length must be >= 1, got {length}")
+        if slow_every < 0 or slow_factor < 1:
+            raise ValueError(f"slow_every must be >= 0 and slow_factor >= 1, "
+                             f"got {slow_every} and {slow_factor}")
         _check_costs(
             item_sleep_s=item_sleep_s,
             item_busy_s=item_busy_s,
@@ -145,9 +153,14 @@ class WorkDataset(Dataset):
         self.request_sleep_s = request_sleep_s
         self.request_busy_s = request_busy_s
         self.item_shape = tuple(item_shape)
+        self.slow_every = slow_every
+        self.slow_factor = slow_factor
 
     def __len__(self) -> int:
         return self.length
+
+    def _factor(self, index: int) -> float:
+        return self.slow_factor if self.slow_every and index % self.slow_every == 0 else 1.0
 
     def _make(self, index: int) -> int | torch.Tensor:
         if not self.item_shape:
@@ -156,7 +169,8 @@ class WorkDataset(Dataset):
 
     def __getitem__(self, index: int) -> int | torch.Tensor:
         pay(self.request_sleep_s, self.request_busy_s)
-        pay(self.item_sleep_s, self.item_busy_s)
+        factor = self._factor(index)
+        pay(self.item_sleep_s * factor, self.item_busy_s * factor)
         return self._make(index)
 
 
@@ -170,7 +184,8 @@ class BatchedWorkDataset(WorkDataset):
 
     def __getitems__(self, indices: list[int]) -> list[int | torch.Tensor]:
         pay(self.request_sleep_s, self.request_busy_s)
-        pay(self.item_sleep_s * len(indices), self.item_busy_s * len(indices))
+        factors = sum(self._factor(i) for i in indices)
+        pay(self.item_sleep_s * factors, self.item_busy_s * factors)
         return [self._make(i) for i in indices]
 
 

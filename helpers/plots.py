@@ -267,3 +267,27 @@ def plot_bandwidth(timings: Sequence, ax: Axes | None = None) -> Axes:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     return ax
+
+
+def plot_ratios(ratios: dict[str, float], *, xlabel: str = "speedup (×)",
+                reference: dict[str, float] | None = None, ax: Axes | None = None) -> Axes:
+    """Horizontal bars of measured ratios (e.g. speedups), one per label, with an optional
+    reference value per label (e.g. a model's prediction or a published figure) as a tick."""
+    labels = list(ratios)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(8, 0.6 + 0.45 * len(labels)), layout="constrained")
+    y = range(len(labels))
+    ax.barh(y, [ratios[k] for k in labels], color=COLORS["fetch"], label="measured")
+    for i, k in enumerate(labels):
+        ax.text(ratios[k], i, f" {ratios[k]:.2f}×", va="center", fontsize=8)
+    if reference:
+        marks = [(i, reference[k]) for i, k in enumerate(labels) if k in reference]
+        ax.scatter([v for _, v in marks], [i for i, _ in marks], marker="|", s=400,
+                   color=COLORS["model"], label="reference", zorder=3)
+    ax.axvline(1.0, color="0.3", linewidth=0.8)
+    ax.set_yticks(list(y), labels)
+    ax.invert_yaxis()
+    ax.set_xlabel(xlabel)
+    ax.grid(axis="x", alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    return ax

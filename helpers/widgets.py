@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt
 from IPython.display import display
 
 from . import config
-from .datasets import WorkDataset
+from .datasets import BatchedWorkDataset, WorkDataset
 from .loaders import HAS_IN_ORDER, make_loader
 from .models import ModelledStep
 from .plots import plot_timeline
@@ -22,6 +22,7 @@ from .theory import first_batch_time, recommend_num_workers, simulate, step_time
 from .timeline import Timeline, record
 
 _DEFAULT_PREFETCH = "default"
+SLOW_FACTOR = 10.0  #: how much slower the explorer's stragglers are
 
 
 @dataclass(frozen=True)
@@ -41,12 +42,19 @@ class ExplorerSettings:
     in_order: bool
     start_method: str
     cpu_bound: bool = False
+    request_s: float = 0.0  #: per-request cost (sleep): per sample, or per batch with batched_fetch
+    batched_fetch: bool = False  #: the dataset has ``__getitems__`` (one request per batch)
+    slow_every: int = 0  #: one item in this many is SLOW_FACTOR times slower (0 = none)
 
     def loader(self):
-        dataset = WorkDataset(
+        cls = BatchedWorkDataset if self.batched_fetch else WorkDataset
+        dataset = cls(
             self.items,
             item_sleep_s=0.0 if self.cpu_bound else self.load_s,
             item_busy_s=self.load_s if self.cpu_bound else 0.0,
+            request_sleep_s=self.request_s,
+            slow_every=self.slow_every,
+            slow_factor=SLOW_FACTOR if self.slow_every else 1.0,
         )
         return make_loader(
             dataset,
@@ -61,7 +69,10 @@ class ExplorerSettings:
 
     def prediction(self, startup_s: float = 0.0) -> dict[str, float]:
         """The step-time model for these settings (seconds)."""
-        batch_load_s = self.load_s * self.batch_size
+        # one batch: its items (stragglers at their average share) and its requests
+        slow_share = (SLOW_FACTOR - 1) / self.slow_every if self.slow_every else 0.0
+        requests = 1 if self.batched_fetch else self.batch_size
+        batch_load_s = self.load_s * self.batch_size * (1 + slow_share) + self.request_s * requests
         per_epoch = math.ceil(self.items / self.batch_size)
         plan = simulate(per_epoch, batch_load_s, self.step_s, self.num_workers,
                         prefetch_factor=self.prefetch_factor, startup_s=startup_s)
@@ -97,6 +108,9 @@ class TimelineExplorer:
         in_order: bool = True,
         start_method: str | None = None,
         cpu_bound: bool = False,
+        request_s: float = 0.0,
+        batched_fetch: bool = False,
+        slow_every: int = 0,
         max_workers: int | None = None,
     ):
         cores = config.available_cores()
@@ -121,6 +135,13 @@ class TimelineExplorer:
         self.epochs = slider(W.IntSlider, epochs, 1, 5, 1, "epochs")
         self.cpu_bound = W.Checkbox(value=cpu_bound, description="CPU-bound load (busy work)",
                                     style=style)
+        self.request_s = slider(W.FloatSlider, request_s, 0.0, 0.5, 0.005, "request cost (s)",
+                                readout_format=".3f")
+        self.batched_fetch = W.Checkbox(value=batched_fetch, description="__getitems__ (1 request/batch)",
+                                        style=style)
+        self.slow_every = W.Dropdown(
+            options=[("none", 0), *((f"1 in {k}, {SLOW_FACTOR:g}× slower", k) for k in (5, 10, 20, 50))],
+            value=slow_every, description="stragglers", style=style, layout=layout)
         self.persistent_workers = W.Checkbox(value=persistent_workers,
                                              description="persistent_workers", style=style)
         self.pin_memory = W.Checkbox(value=pin_memory, description="pin_memory", style=style)
@@ -141,9 +162,9 @@ class TimelineExplorer:
         self.run_button.on_click(lambda _button: self.run(raise_errors=False))
 
         knobs = W.VBox([self.num_workers, self.prefetch_factor, self.batch_size, self.load_s,
-                        self.step_s, self.items, self.epochs])
-        flags = W.VBox([self.start_method, self.cpu_bound, self.persistent_workers,
-                        self.pin_memory, self.in_order,
+                        self.step_s, self.items, self.epochs, self.request_s])
+        flags = W.VBox([self.start_method, self.slow_every, self.cpu_bound, self.batched_fetch,
+                        self.persistent_workers, self.pin_memory, self.in_order,
                         W.HBox([self.run_button]), self.progress, self.status])
         self.widget = W.VBox([W.HBox([knobs, flags]), self.summary, self.output])
 
@@ -163,6 +184,9 @@ class TimelineExplorer:
             in_order=self.in_order.value,
             start_method=self.start_method.value,
             cpu_bound=self.cpu_bound.value,
+            request_s=self.request_s.value,
+            batched_fetch=self.batched_fetch.value,
+            slow_every=self.slow_every.value,
         )
 
     # -- running ---------------------------------------------------------------------------
