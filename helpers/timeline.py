@@ -311,6 +311,23 @@ class Timeline:
         """Time the loop had no batch in hand: creating iterators plus waiting in ``next``."""
         return sum(e.startup_s for e in self.epochs) + sum(b.wait_s for b in self.batches)
 
+    def interval_percentiles(self, percents: tuple[int, ...] = (50, 95, 99)) -> dict[int, float]:
+        """Percentiles of :meth:`steady_intervals` (each epoch's first batch excluded), in
+        seconds: the tail a straggler puts on the loop's step time."""
+        steady = sorted(self.steady_intervals())
+        if not steady:
+            return {p: math.nan for p in percents}
+        if len(steady) == 1:
+            return {p: steady[0] for p in percents}
+        cuts = statistics.quantiles(steady, n=100, method="inclusive")
+        return {p: cuts[p - 1] if 0 < p < 100 else (steady[0] if p == 0 else steady[-1]) for p in percents}
+
+    def blocked_behind(self, batch: BatchRecord) -> int:
+        """How many later batches (arrival order) were already built while the loop waited
+        for ``batch``: head-of-line blocking, in batches."""
+        return sum(1 for c in self.epoch_batches(batch.epoch)
+                   if c.index > batch.index and c.fetch_end <= batch.ready)
+
     def runahead(self) -> dict[int, int]:
         """Per fetching process, the most batches it had *started* for later loop iterations
         at the moment the loop asked for a batch: how far ahead it ran (``prefetch_factor``
