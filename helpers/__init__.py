@@ -25,6 +25,7 @@ from .datasets import (
     burn_cpu,
     mnist_like,
 )
+from .failures import ShmMonitor, run_demo, shm_sandbox_available, shm_used_bytes, torch_segments
 from .loaders import HAS_IN_ORDER, check_loader_args, make_loader
 from .models import ForumMLP, ModelledStep, TrainStep, TutorialNet
 from .prefetch import BatchTransform, DevicePrefetcher, HostTransform, ThreadPrefetcher
@@ -79,6 +80,7 @@ __all__ = [
     "StragglerDataset", "TaggedDataset",
     "TutorialDataset", "WorkDataset", "burn_cpu", "mnist_like",
     "check_loader_args", "make_loader",
+    "ShmMonitor", "run_demo", "shm_sandbox_available", "shm_used_bytes", "torch_segments",
     "ForumMLP", "ModelledStep", "TrainStep", "TutorialNet",
     "BatchTransform", "DevicePrefetcher", "HostTransform", "ThreadPrefetcher",
     "batch_nbytes", "copy_bandwidth", "nonblocking_readback_trap", "pin_memory_warning", "to_device",
