@@ -311,6 +311,14 @@ class Timeline:
         """Time the loop had no batch in hand: creating iterators plus waiting in ``next``."""
         return sum(e.startup_s for e in self.epochs) + sum(b.wait_s for b in self.batches)
 
+    def window(self, first_epoch: int) -> Timeline:
+        """The same recording from ``first_epoch`` on (e.g. without a warm-up epoch);
+        times keep their origin."""
+        return Timeline(batches=[b for b in self.batches if b.epoch >= first_epoch],
+                        epochs=[e for e in self.epochs if e.epoch >= first_epoch],
+                        config=self.config,
+                        spans=[s for s in self.spans if s.epoch >= first_epoch])
+
     def interval_percentiles(self, percents: tuple[int, ...] = (50, 95, 99)) -> dict[int, float]:
         """Percentiles of :meth:`steady_intervals` (each epoch's first batch excluded), in
         seconds: the tail a straggler puts on the loop's step time."""
