@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import resource
 import shutil
@@ -150,7 +151,7 @@ def _loader(items: int, item_floats: int, batch_size: int, workers: int, prefetc
     from .datasets import WorkDataset
     from .loaders import make_loader
 
-    start = "fork" if "fork" in __import__("multiprocessing").get_all_start_methods() else None
+    start = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
     return make_loader(WorkDataset(items, item_shape=(item_floats,)), batch_size=batch_size,
                        num_workers=workers, prefetch_factor=prefetch, start_method=start)
 

@@ -26,7 +26,7 @@ import torch
 
 from .datasets import pay
 from .timeline import map_data
-from .transfer import to_device
+from .transfer import tensors_in, to_device
 
 
 class HostTransform:
@@ -220,7 +220,7 @@ class DevicePrefetcher:
             current.wait_stream(self.stream)
 
             def keep(batch: Any) -> Any:
-                for tensor in _tensors(batch):
+                for tensor in tensors_in(batch):
                     tensor.record_stream(current)
                 return batch
 
@@ -256,13 +256,3 @@ class DevicePrefetcher:
         return [("copy stream", "copy", anchor_s + anchor.elapsed_time(b) / 1e3,
                  anchor_s + anchor.elapsed_time(e) / 1e3, n) for b, e, n in self._events]
 
-
-def _tensors(batch: Any) -> Iterator[torch.Tensor]:
-    if isinstance(batch, torch.Tensor):
-        yield batch
-    elif isinstance(batch, dict):
-        for value in batch.values():
-            yield from _tensors(value)
-    elif isinstance(batch, (list, tuple)):
-        for value in batch:
-            yield from _tensors(value)

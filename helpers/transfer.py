@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import statistics
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from time import perf_counter as clock
 from typing import Any
@@ -35,15 +35,21 @@ def to_device(batch: Any, device: torch.device | str, *, non_blocking: bool = Fa
     return batch
 
 
+def tensors_in(batch: Any) -> Iterator[torch.Tensor]:
+    """Every tensor in ``batch`` (nested tuples, lists and dicts)."""
+    if isinstance(batch, torch.Tensor):
+        yield batch
+    elif isinstance(batch, Mapping):
+        for value in batch.values():
+            yield from tensors_in(value)
+    elif isinstance(batch, (list, tuple)):
+        for value in batch:
+            yield from tensors_in(value)
+
+
 def batch_nbytes(batch: Any) -> int:
     """Bytes held by the tensors in ``batch`` (nested tuples, lists and dicts)."""
-    if isinstance(batch, torch.Tensor):
-        return batch.element_size() * batch.nelement()
-    if isinstance(batch, Mapping):
-        return sum(batch_nbytes(v) for v in batch.values())
-    if isinstance(batch, (list, tuple)):
-        return sum(batch_nbytes(v) for v in batch)
-    return 0
+    return sum(t.element_size() * t.nelement() for t in tensors_in(batch))
 
 
 def synchronize(device: torch.device | str) -> None:
