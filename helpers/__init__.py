@@ -31,7 +31,7 @@ from .models import ForumMLP, ModelledStep, TrainStep, TutorialNet
 from .prefetch import BatchTransform, DevicePrefetcher, HostTransform, ThreadPrefetcher
 from .setup_check import checks_html, run_setup_checks
 from .storage import BatchedSqliteDataset, SqliteDataset, make_sqlite_db
-from .system import describe_machine, get_device, save_results
+from .system import describe_machine, free_cores, get_device, save_results, torch_threads
 from .theory import (
     first_batch_time,
     recommend_num_workers,
@@ -86,7 +86,8 @@ __all__ = [
     "batch_nbytes", "copy_bandwidth", "nonblocking_readback_trap", "pin_memory_warning", "to_device",
     "EpochEchoDataset", "EpochSampler", "SharedEpoch", "process_memory", "worker_memory",
     "BatchedSqliteDataset", "SqliteDataset", "make_sqlite_db",
-    "describe_machine", "get_device", "save_results", "checks_html", "run_setup_checks",
+    "describe_machine", "free_cores", "get_device", "save_results", "torch_threads",
+    "checks_html", "run_setup_checks",
     "first_batch_time", "recommend_num_workers", "simulate", "simulated_intervals", "step_time",
     *_LAZY,
 ]

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import multiprocessing as mp
 import platform
 import shutil
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +52,56 @@ def shm_info(path: str = "/dev/shm") -> dict[str, float] | None:
 def format_shm(info: dict[str, float]) -> str:
     """``shm_info()`` as text, e.g. ``"2.00 GiB, 1.50 GiB free"``."""
     return f"{info['total_bytes'] / 2**30:.2f} GiB, {info['free_bytes'] / 2**30:.2f} GiB free"
+
+
+def _spin(barrier, seconds: float, shares) -> None:
+    """Burn CPU for ``seconds`` of wall time; report the share of a core this process got."""
+    barrier.wait()
+    wall0, cpu0 = time.perf_counter(), time.process_time()
+    while time.perf_counter() - wall0 < seconds:
+        pass
+    shares.put((time.process_time() - cpu0) / (time.perf_counter() - wall0))
+
+
+def free_cores(processes: int = 2, seconds: float = 0.5, start_method: str | None = None) -> float:
+    """How many cores' worth of CPU ``processes`` busy processes get right now, measured.
+
+    Each process spins for ``seconds`` (they start together) and reports the CPU time it
+    got over the wall time; the sum is the answer: about ``processes`` on an idle machine
+    with that many cores, less when other programs compete for them. CPU-bound loading can
+    only speed up as far as this.
+    """
+    if processes < 1 or seconds <= 0:
+        raise ValueError(f"free_cores needs processes >= 1 and seconds > 0, got {processes}, {seconds}")
+    ctx = mp.get_context(start_method or default_start_method())
+    barrier, shares = ctx.Barrier(processes), ctx.SimpleQueue()
+    children = [ctx.Process(target=_spin, args=(barrier, seconds, shares), daemon=True)
+                for _ in range(processes)]
+    for child in children:
+        child.start()
+    total = sum(shares.get() for _ in children)
+    for child in children:
+        child.join()
+    return total
+
+
+@contextlib.contextmanager
+def torch_threads(n: int) -> Iterator[None]:
+    """Run the block with ``n`` intra-op threads in this process, then restore the setting.
+
+    PyTorch gives each DataLoader worker one thread; ``torch_threads(1)`` puts the main
+    process on the same footing when comparing data paths. (With more threads, one tensor
+    operation is split across cores, and on a machine busy with other programs each split
+    waits for a core: small operations can get several times slower.)
+    """
+    if n < 1:
+        raise ValueError(f"torch_threads needs n >= 1, got {n}")
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 class MachineDescription(dict):

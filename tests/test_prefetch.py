@@ -22,8 +22,9 @@ def test_thread_prefetcher_overlaps_the_transform_with_the_step():
     ahead = helpers.record(sleep_loader(), step,
                            wrap=lambda it: helpers.ThreadPrefetcher(it, transform, depth=2))
     # In the loop thread each iteration pays transform + step; in a thread, about the step.
-    assert inline.summary()["mean_step_interval_s"] > 0.09
-    assert ahead.summary()["mean_step_interval_s"] < 0.075
+    inline_s, ahead_s = (tl.summary()["mean_step_interval_s"] for tl in (inline, ahead))
+    assert inline_s > 0.09, inline_s
+    assert ahead_s < 0.8 * inline_s, (ahead_s, inline_s)
     for tl, row in ((inline, "transform (loop thread)"), (ahead, "prefetch thread")):
         assert [s.batch for s in tl.spans] == list(range(8))
         assert {s.row for s in tl.spans} == {row}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 
 import pytest
 import torch
@@ -33,11 +34,16 @@ def test_two_workers_reproduce_the_blog_pattern():
                                  prefetch_factor=2, start_method="fork")
     tl = helpers.record(loader, helpers.ModelledStep(step_s))
     check_clocks(tl)
-    steady = tl.steady_intervals()
-    # After the first batch, short and long intervals alternate: y, then n/2 - y.
+    # After the first cycle, short and long intervals alternate: y, then n/2 - y. The
+    # first cycle still carries the gap between the two workers' start-ups, which
+    # depends on how busy the machine is, so it is left out; medians, not every value,
+    # are held to the model, so one late wake-up on a loaded machine cannot fail it.
+    steady = tl.steady_intervals()[2:]
     short, long_ = steady[0::2], steady[1::2]
-    assert all(abs(v - step_s) < 0.03 for v in short), steady
-    assert all(abs(v - (load_s - step_s)) < 0.04 for v in long_), steady
+    assert abs(statistics.median(short) - step_s) < 0.03, steady
+    assert abs(statistics.median(long_) - (load_s - step_s)) < 0.04, steady
+    alternating = sum(s < 2 * step_s < lg for s, lg in zip(short, long_, strict=False))
+    assert alternating >= 0.75 * len(long_), steady
     # A worker builds batch 2 while the loop steps on batch 0 (the blog's figure).
     b0, b2 = tl.batches[0], tl.batches[2]
     assert b2.fetch_start < b0.step_end and b2.fetch_end > b0.ready
