@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 # JupyterLab refuses to run as root unless told (CI and containers run as root).
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: lab test unit notebooks browser lint figures benchmark readme strip clean
+.PHONY: lab test unit notebooks browser lint figures figures-gpu benchmark readme strip clean
 
 # (Re)create the environment when it is missing or pyproject.toml changed.
 $(STAMP): pyproject.toml
@@ -35,6 +35,10 @@ browser: $(STAMP)
 
 figures: $(STAMP)
 	$(BIN)/python scripts/make_figures.py
+
+# The GPU reference figures (needs CUDA; notebooks 03, 05 and 09 show them on CPU-only machines).
+figures-gpu: $(STAMP)
+	$(BIN)/python scripts/make_gpu_figures.py
 
 benchmark: $(STAMP)
 	$(BIN)/python benchmarks/overhead.py

@@ -62,6 +62,7 @@ _LAZY = {
     "plot_step_time_model": "plots",
     "plot_bandwidth": "plots",
     "plot_ratios": "plots",
+    "show_reference_figure": "plots",
     "TimelineExplorer": "widgets",
 }
 

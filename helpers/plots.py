@@ -25,6 +25,7 @@ COLORS = {
     "model": matplotlib.colormaps["tab10"](1),  # orange
 }
 _BAR_HEIGHT = 0.7
+_MIN_WIDTH = 0.002   # of the time axis: the narrowest span drawn
 _CHAR_FRACTION = 0.0075  # width of one label character as a fraction of the time axis
 
 
@@ -106,9 +107,15 @@ def plot_timeline(
         mine = [sp for sp in tl.spans if sp.row == row]
         for kind in dict.fromkeys(sp.kind for sp in mine):
             span_kinds.add(kind)
-            ax.broken_barh([(sp.start, sp.end - sp.start) for sp in mine if sp.kind == kind],
-                           (y - half, _BAR_HEIGHT), facecolor=COLORS.get(kind, COLORS["transform"]),
-                           edgecolor="white", linewidth=0.5)
+            bars = [(sp.start, sp.end - sp.start) for sp in mine if sp.kind == kind]
+            # A GPU copy can last a thousandth of the run: drawn at its width with a white edge
+            # it would vanish, so spans narrower than _MIN_WIDTH of the axis get that width.
+            narrow = [(start, max(width, _MIN_WIDTH * span_s)) for start, width in bars
+                      if width < 2 * _MIN_WIDTH * span_s]
+            wide = [bar for bar in bars if bar[1] >= 2 * _MIN_WIDTH * span_s]
+            color = COLORS.get(kind, COLORS["transform"])
+            ax.broken_barh(wide, (y - half, _BAR_HEIGHT), facecolor=color, edgecolor="white", linewidth=0.5)
+            ax.broken_barh(narrow, (y - half, _BAR_HEIGHT), facecolor=color, edgecolor="none")
         if label_batches:
             _label_bars(ax, [(sp.start, sp.end - sp.start,
                               f"{sp.epoch}.{sp.batch}" if multi_epoch else str(sp.batch))
@@ -285,9 +292,31 @@ def plot_ratios(ratios: dict[str, float], *, xlabel: str = "speedup (×)",
         ax.scatter([v for _, v in marks], [i for i, _ in marks], marker="|", s=400,
                    color=COLORS["model"], label="reference", zorder=3)
     ax.axvline(1.0, color="0.3", linewidth=0.8)
+    largest = max([*ratios.values(), *((reference or {}).get(k, 1.0) for k in labels)])
+    ax.set_xlim(0, largest * 1.15)      # room for the value written after the longest bar
     ax.set_yticks(list(y), labels)
     ax.invert_yaxis()
     ax.set_xlabel(xlabel)
     ax.grid(axis="x", alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, loc="best")
     return ax
+
+
+def show_reference_figure(filename: str, what: str) -> bool:
+    """In a cell that skipped its GPU work: show ``images/<filename>``, measured on a GPU by
+    ``scripts/make_gpu_figures.py``, captioned with ``what`` it shows — or say plainly that
+    no GPU has measured it yet. Returns whether a figure was shown."""
+    from IPython.display import Image, Markdown, display
+
+    from .config import repo_root
+
+    path = repo_root() / "images" / filename
+    if not path.exists():
+        display(Markdown(f"No reference figure for this yet ({what}): no GPU has been available to this "
+                         "project's measurements, so there is no measured picture to show instead of a "
+                         "guessed one."))
+        return False
+    display(Markdown(f"Reference figure, measured on a GPU by `scripts/make_gpu_figures.py` "
+                     f"(`images/{filename}`; the GPU and torch version are in its title): {what}."))
+    display(Image(filename=str(path)))
+    return True

@@ -93,3 +93,15 @@ def test_plot_bandwidth_draws_three_lines():
     ax = helpers.plot_bandwidth(timings)
     assert len(ax.get_lines()) == 3
     plt.close(ax.figure)
+
+
+def test_reference_figures_are_shown_or_said_to_be_missing(monkeypatch):
+    import IPython.display
+
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", lambda *objs: shown.extend(objs))
+    assert helpers.show_reference_figure("pinned_bandwidth.png", "bandwidth") is True
+    assert "images/pinned_bandwidth.png" in shown[0].data and isinstance(shown[1], IPython.display.Image)
+    shown.clear()
+    assert helpers.show_reference_figure("no_such_figure.png", "nothing") is False
+    assert len(shown) == 1 and "No reference figure for this yet (nothing)" in shown[0].data
