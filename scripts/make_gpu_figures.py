@@ -1,6 +1,6 @@
 """Make the GPU reference figures in images/ from real runs on a CUDA GPU (full sizes).
 
-CPU-only machines show these in notebooks 03 and 05 in place of the cells they skip:
+CPU-only machines show these in notebooks 03, 05 and 09 in place of the cells they skip:
 
 * ``pinned_bandwidth.png`` (03): host-to-device bandwidth, pageable vs pinned vs pinning
   inside the copy, 64 KiB to 256 MiB (``helpers.copy_bandwidth``).
