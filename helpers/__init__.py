@@ -1,9 +1,15 @@
 """DataLoader Lab helpers: workloads, the timeline instrument, the step-time model,
-plots and the explorer widget.
+lesson checks, plots and the explorer widget.
 
 Notebooks call these; nothing that runs in a DataLoader worker is defined in a
-notebook cell. Plots and widgets load lazily, so a worker process that imports
-``helpers`` (under spawn or forkserver) does not pay for matplotlib or ipywidgets.
+notebook cell. Plots and widgets load lazily (they still appear in ``dir(helpers)``
+and tab completion), so a worker process that imports ``helpers`` under spawn or
+forkserver does not pay for matplotlib or ipywidgets.
+
+Layers, bottom to top: ``config``, ``torch_internals``, ``system``, ``transfer`` →
+``datasets``, ``storage``, ``models``, ``settings``, ``hooks``, ``timeline``,
+``recorder``, ``workers``, ``failures``, ``prefetch`` → ``theory``, ``checks``,
+``analysis``, ``lessons``, ``setup_check`` → ``plots``, ``widgets``.
 """
 
 from __future__ import annotations
@@ -11,40 +17,63 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from .config import available_cores, is_smoke, seconds, sized
+from . import config, lessons, torch_internals
+from .analysis import (
+    cycle,
+    epoch_first_batch_gaps,
+    median_interval_s,
+    predicted_fetch_speedup,
+    shutdown_gaps,
+    time_per_batch_after_startup,
+)
+from .checks import Check, LessonCheckFailed, LessonChecks, show_checks, timing_noise_s
+from .config import available_cores, is_smoke, results_dir, seconds, sized, start_method
 from .datasets import (
     BatchedTensorDataset,
     BatchedTutorialDataset,
     BatchedWorkDataset,
-    SleepDataset,
-    SleepStream,
-    StragglerDataset,
+    HostTransform,
     TaggedDataset,
     TutorialDataset,
     WorkDataset,
+    WorkStream,
     burn_cpu,
     mnist_like,
 )
 from .failures import ShmMonitor, run_demo, shm_sandbox_available, shm_used_bytes, torch_segments
-from .loaders import HAS_IN_ORDER, check_loader_args, make_loader
+from .hooks import MAIN_PROCESS
 from .models import ForumMLP, ModelledStep, TrainStep, TutorialNet
-from .prefetch import BatchTransform, DevicePrefetcher, HostTransform, ThreadPrefetcher
+from .prefetch import BatchTransform, DevicePrefetcher, SerialisedDevicePrefetcher, ThreadPrefetcher
+from .recorder import record
+from .settings import HAS_IN_ORDER, LoaderSettings
 from .setup_check import checks_html, run_setup_checks
 from .storage import BatchedSqliteDataset, SqliteDataset, make_sqlite_db
-from .system import describe_machine, free_cores, get_device, save_results, torch_threads
+from .system import (
+    accelerator_name,
+    describe_machine,
+    format_shm,
+    free_cores,
+    get_device,
+    save_results,
+    shm_info,
+    torch_threads,
+    use_start_method,
+)
 from .theory import (
+    as_timeline,
     first_batch_time,
     recommend_num_workers,
     simulate,
     simulated_intervals,
     step_time,
 )
-from .timeline import MAIN_PROCESS, BatchRecord, EpochRecord, Span, Timeline, record
+from .timeline import BatchRecord, EpochRecord, Pause, Span, Timeline
 from .transfer import (
     batch_nbytes,
     copy_bandwidth,
     nonblocking_readback_trap,
     pin_memory_warning,
+    pinned_budget_bytes,
     to_device,
 )
 from .workers import (
@@ -74,21 +103,31 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'helpers' has no attribute {name!r}")
 
 
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
 __all__ = [
-    "MAIN_PROCESS", "HAS_IN_ORDER", "BatchRecord", "EpochRecord", "Span", "Timeline", "record",
-    "available_cores", "is_smoke", "seconds", "sized",
-    "BatchedTensorDataset", "BatchedTutorialDataset", "BatchedWorkDataset", "SleepDataset", "SleepStream",
-    "StragglerDataset", "TaggedDataset",
-    "TutorialDataset", "WorkDataset", "burn_cpu", "mnist_like",
-    "check_loader_args", "make_loader",
+    "config", "lessons", "torch_internals",
+    "MAIN_PROCESS", "HAS_IN_ORDER", "BatchRecord", "EpochRecord", "Pause", "Span", "Timeline", "record",
+    "LoaderSettings",
+    "available_cores", "is_smoke", "results_dir", "seconds", "sized", "start_method",
+    "BatchedTensorDataset", "BatchedTutorialDataset", "BatchedWorkDataset", "HostTransform",
+    "TaggedDataset", "TutorialDataset", "WorkDataset", "WorkStream", "burn_cpu", "mnist_like",
     "ShmMonitor", "run_demo", "shm_sandbox_available", "shm_used_bytes", "torch_segments",
     "ForumMLP", "ModelledStep", "TrainStep", "TutorialNet",
-    "BatchTransform", "DevicePrefetcher", "HostTransform", "ThreadPrefetcher",
-    "batch_nbytes", "copy_bandwidth", "nonblocking_readback_trap", "pin_memory_warning", "to_device",
+    "BatchTransform", "DevicePrefetcher", "SerialisedDevicePrefetcher", "ThreadPrefetcher",
+    "batch_nbytes", "copy_bandwidth", "nonblocking_readback_trap", "pin_memory_warning",
+    "pinned_budget_bytes", "to_device",
     "EpochEchoDataset", "EpochSampler", "SharedEpoch", "process_memory", "worker_memory",
     "BatchedSqliteDataset", "SqliteDataset", "make_sqlite_db",
-    "describe_machine", "free_cores", "get_device", "save_results", "torch_threads",
+    "accelerator_name", "describe_machine", "format_shm", "free_cores", "get_device", "save_results",
+    "shm_info", "torch_threads", "use_start_method",
     "checks_html", "run_setup_checks",
-    "first_batch_time", "recommend_num_workers", "simulate", "simulated_intervals", "step_time",
+    "Check", "LessonCheckFailed", "LessonChecks", "show_checks", "timing_noise_s",
+    "cycle", "epoch_first_batch_gaps", "median_interval_s", "predicted_fetch_speedup", "shutdown_gaps",
+    "time_per_batch_after_startup",
+    "as_timeline", "first_batch_time", "recommend_num_workers", "simulate", "simulated_intervals",
+    "step_time",
     *_LAZY,
 ]

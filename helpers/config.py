@@ -1,23 +1,30 @@
-"""The lab's one switch and its sizes: smoke mode.
+"""The lab's two settings, both read from the environment and parsed strictly.
 
-Smoke mode shrinks every workload so that the whole notebook collection runs in
+**Smoke mode** shrinks every workload so that the whole notebook collection runs in
 minutes on 2 cores (CI runs it with ``pytest --nbmake``). It changes sizes and
-durations only, never which code runs: every notebook calls the same helpers
-with smaller numbers.
+durations only, never which code runs: every notebook calls the same helpers with
+smaller numbers. Turn it on with ``DLLAB_SMOKE=1`` (before starting JupyterLab or
+pytest; ``make lab QUICK=1`` does it for a class). The value is parsed strictly:
+``1/true/yes/on`` or ``0/false/no/off`` (any case), or unset/empty for off. Anything
+else raises, so a typo never silently runs the full workloads in CI.
 
-Turn it on with the environment variable ``DLLAB_SMOKE=1`` (before starting
-JupyterLab or pytest). The value is parsed strictly: ``1/true/yes/on`` or
-``0/false/no/off`` (any case), or unset/empty for off. Anything else raises, so
-a typo never silently runs the full workload in CI.
+**The start method** of DataLoader workers: ``DLLAB_START_METHOD=fork``, ``spawn`` or
+``forkserver`` (unset: the platform's default — ``fork`` on Linux before Python 3.14,
+``forkserver`` on Linux from 3.14, ``spawn`` on macOS and Windows). Notebooks apply it
+once in their setup cell with :func:`helpers.use_start_method`, so every
+``DataLoader`` without an explicit ``multiprocessing_context`` uses it; lessons about
+one start method pass it explicitly and say so.
 """
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import os
 from pathlib import Path
 from typing import TypeVar
 
 SMOKE_ENV = "DLLAB_SMOKE"
+START_METHOD_ENV = "DLLAB_START_METHOD"
 RESULTS_ENV = "DLLAB_RESULTS_DIR"
 
 #: Durations (load and step times) are multiplied by this in smoke mode.
@@ -47,6 +54,33 @@ def parse_flag(value: str | None, name: str = SMOKE_ENV) -> bool:
 def is_smoke() -> bool:
     """True when the environment asks for smoke mode (read each call, so tests can set it)."""
     return parse_flag(os.environ.get(SMOKE_ENV), SMOKE_ENV)
+
+
+def parse_start_method(value: str | None, available: list[str] | None = None) -> str | None:
+    """Parse ``DLLAB_START_METHOD`` strictly: None (unset or empty) or an available method."""
+    available = available if available is not None else mp.get_all_start_methods()
+    if value is None or not value.strip():
+        return None
+    method = value.strip().lower()
+    if method not in available:
+        raise ValueError(
+            f"{START_METHOD_ENV}={value!r} is not a start method this platform offers. Set it to "
+            f"one of {', '.join(available)}, or unset it for the platform's default."
+        )
+    return method
+
+
+def default_start_method() -> str:
+    """The start method workers get when a ``DataLoader`` names none: this process's default
+    (the platform's, unless ``multiprocessing.set_start_method`` changed it)."""
+    return mp.get_start_method(allow_none=True) or mp.get_context().get_start_method()
+
+
+def start_method() -> str:
+    """The lab's start method for DataLoader workers: ``DLLAB_START_METHOD`` if set, else the
+    platform's default (what a learner's own script gets)."""
+    chosen = parse_start_method(os.environ.get(START_METHOD_ENV))
+    return chosen if chosen is not None else default_start_method()
 
 
 def sized(full: T, smoke: T) -> T:

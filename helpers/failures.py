@@ -22,9 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -148,15 +146,18 @@ def _quote(arg: str) -> str:
 # The child's side
 # --------------------------------------------------------------------------
 def _loader(items: int, item_floats: int, batch_size: int, workers: int, prefetch: int):
-    from .datasets import WorkDataset
-    from .loaders import make_loader
+    from torch.utils.data import DataLoader
 
-    start = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
-    return make_loader(WorkDataset(items, item_shape=(item_floats,)), batch_size=batch_size,
-                       num_workers=workers, prefetch_factor=prefetch, start_method=start)
+    from .config import start_method
+    from .datasets import WorkDataset
+
+    return DataLoader(WorkDataset(items, item_shape=(item_floats,)), batch_size=batch_size,
+                      num_workers=workers, prefetch_factor=prefetch, multiprocessing_context=start_method())
 
 
 def _demo_fd(options: argparse.Namespace) -> dict[str, Any]:
+    import resource  # POSIX only: imported here so that `import helpers` works on Windows
+
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(options.limit, hard), hard))
     kept: list[Any] = []

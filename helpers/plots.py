@@ -22,6 +22,7 @@ COLORS = {
     "copy": matplotlib.colormaps["tab10"](9),  # cyan
     "transform": matplotlib.colormaps["tab10"](5),  # brown
     "startup": "0.75",
+    "gc": "black",
     "model": matplotlib.colormaps["tab10"](1),  # orange
 }
 _BAR_HEIGHT = 0.7
@@ -72,7 +73,8 @@ def plot_timeline(
     """Draw a Gantt chart of one recording.
 
     Rows: the training loop (waiting in red, copying to the device in cyan when
-    ``record(device=...)``, stepping in green, iterator start-up in grey), a row per
+    ``record(device=...)``, stepping in green, iterator start-up in grey, garbage-collection
+    pauses of 5 ms or more as black bars across the middle), a row per
     prefetcher span row (``record(wrap=...)``: transforms in brown, copies in cyan),
     the pinning thread when ``pin_memory`` was on (purple), and one row per worker
     (fetches in blue, labelled with the batch's arrival index; worker start-up in
@@ -99,6 +101,9 @@ def plot_timeline(
     ax.broken_barh(waits, (loop_y - half, _BAR_HEIGHT), color=COLORS["wait"])
     ax.broken_barh(copies, (loop_y - half, _BAR_HEIGHT), color=COLORS["copy"])
     ax.broken_barh(steps, (loop_y - half, _BAR_HEIGHT), color=COLORS["step"])
+    # garbage-collection pauses of the main process, over whatever the loop was doing
+    pauses = [(p.start, max(p.duration_s, _MIN_WIDTH * span_s)) for p in tl.pauses if p.duration_s >= 0.005]
+    ax.broken_barh(pauses, (loop_y - half * 0.5, _BAR_HEIGHT * 0.5), facecolor=COLORS["gc"], edgecolor="none")
     if label_batches:
         _label_bars(ax, [(b.step_start, b.step_s, name(b)) for b in tl.batches], loop_y, span_s)
     span_kinds = set()
@@ -160,6 +165,8 @@ def plot_timeline(
                    Patch(color=COLORS["step"], label="loop steps"),
                    Patch(facecolor=COLORS["startup"], edgecolor="0.5", hatch="//",
                          label="start-up")]
+        if pauses:
+            handles.append(Patch(color=COLORS["gc"], label="garbage collection (main process)"))
         if ("pin", None) in y_of:
             handles.append(Patch(color=COLORS["pin"], label="pin_memory"))
         if any(b.copy_end is not None for b in tl.batches) or "copy" in span_kinds:
@@ -190,7 +197,8 @@ def plot_timelines(
     for i, (tl, ax) in enumerate(zip(timelines, axes[:, 0], strict=True)):
         # a legend on the first panel, and on any panel that adds a kind of row
         kinds = ({kind for _, kind, _ in _rows(tl)} | {s.kind for s in tl.spans}
-                 | {"copy" for b in tl.batches if b.copy_end is not None})
+                 | {"copy" for b in tl.batches if b.copy_end is not None}
+                 | {"gc" for p in tl.pauses if p.duration_s >= 0.005})
         plot_timeline(tl, ax, title=None if titles is None else titles[i],
                       label_batches=label_batches, xlim=(0, end),
                       legend=previous_kinds is None or not kinds <= previous_kinds)
@@ -243,7 +251,7 @@ def plot_step_time_model(
     if ax is None:
         _, ax = plt.subplots(figsize=(6, 4), layout="constrained")
     ax.plot(worker_counts, predicted_s, linestyle="--", marker="s", color=COLORS["model"],
-            label="model: max(n/x, y), or n + y at 0 workers")
+            label="model: max(n/x, y + m), or n + m + y at 0 workers")
     ax.plot(worker_counts, measured_s, marker="o", color=COLORS["fetch"], label="measured")
     if step_s is not None:
         ax.axhline(step_s, color=COLORS["step"], linewidth=0.8, label="step time y (the floor)")

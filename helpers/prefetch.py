@@ -1,17 +1,17 @@
 """Prefetchers that sit between the DataLoader and the training loop.
 
-* :class:`DevicePrefetcher` copies batch s+1 to the GPU on a side CUDA stream while
-  the loop steps on batch s (the PyTorch tutorial's prefetcher, with the reasons
-  spelled out), optionally shipping uint8 and normalising on the device.
-* :class:`ThreadPrefetcher` runs a per-batch main-process transform in a
-  background thread, ``depth`` batches ahead; :class:`BatchTransform` runs the same
+* :class:`ThreadPrefetcher` runs a per-batch main-process transform in a background
+  thread, ``depth`` batches ahead of the loop; :class:`BatchTransform` runs the same
   transform in the loop's own thread (the baseline to compare with).
+* :class:`DevicePrefetcher` copies batches to the GPU on a side CUDA stream, in a
+  background thread, so the copy of batch s+1 runs while the GPU steps on batch s; the
+  step on each batch waits (on the GPU, not on the host) for that batch's own copy only.
+* :class:`SerialisedDevicePrefetcher` is this lab's former device prefetcher, kept only
+  to measure what the fix above buys: it orders every step after the *next* copy too.
 
-All three wrap an iterable of batches (a DataLoader, or the iterator that
-:func:`helpers.record` passes to ``wrap=``), are iterables themselves, and keep
-``spans``: ``(row, kind, start, end, batch)`` tuples on the ``time.perf_counter``
-clock, which ``record`` draws as extra timeline rows. They run in the main
-process only.
+Each wraps an iterable of batches (a DataLoader), is an iterable itself, and runs in the
+main process. They carry no timing code: :func:`helpers.record` times their per-batch
+work (``transform``, ``copy_to_device``) from outside.
 """
 
 from __future__ import annotations
@@ -19,78 +19,48 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from time import perf_counter as clock
 from typing import Any
 
 import torch
 
-from .datasets import pay
-from .timeline import map_data
 from .transfer import tensors_in, to_device
 
 
-class HostTransform:
-    """A costly per-batch transform in the main process (e.g. augmentation on the
-    whole batch): ``busy_s`` of CPU work plus ``sleep_s`` of waiting; returns the batch."""
-
-    def __init__(self, busy_s: float = 0.0, sleep_s: float = 0.0):
-        if busy_s < 0 or sleep_s < 0:
-            raise ValueError(f"busy_s and sleep_s must be >= 0 seconds, got {busy_s}, {sleep_s}")
-        self.busy_s = busy_s
-        self.sleep_s = sleep_s
-
-    def __call__(self, batch: Any) -> Any:
-        pay(self.sleep_s, self.busy_s)
-        return batch
-
-    def __repr__(self) -> str:
-        return f"HostTransform(busy_s={self.busy_s}, sleep_s={self.sleep_s})"
-
-
-class _Spans:
-    def __init__(self, row: str, kind: str):
-        self.row = row
-        self.kind = kind
-        self.spans: list[tuple[str, str, float, float, int]] = []
-
-    def _timed(self, fn: Callable[[Any], Any], item: Any, number: int) -> Any:
-        start = clock()
-        out = map_data(item, fn)
-        self.spans.append((self.row, self.kind, start, clock(), number))
-        return out
-
-
-class BatchTransform(_Spans):
+class BatchTransform:
     """Apply ``transform`` to each batch in the loop's thread, when the loop asks for it
     (no overlap: the transform adds to every iteration)."""
 
     def __init__(self, source: Iterable[Any], transform: Callable[[Any], Any]):
-        super().__init__("transform (loop thread)", "transform")
         self.source = source
         self.transform = transform
 
     def __iter__(self) -> Iterator[Any]:
-        for number, item in enumerate(self.source):
-            yield self._timed(self.transform, item, number)
+        for batch in self.source:
+            yield self.transform(batch)
 
 
 _DONE = object()
 
 
-class ThreadPrefetcher(_Spans):
+class _Failure:
+    def __init__(self, error: BaseException):
+        self.error = error
+
+
+class ThreadPrefetcher:
     """Apply ``transform`` to each batch in a background thread, up to ``depth`` batches
     ahead of the loop.
 
     It overlaps with the loop wherever the loop's thread does not need the CPU or the
     GIL: a step on an accelerator (or the modelled one), I/O, or torch ops that
     release the GIL. Pure-Python transforms still take turns with Python in the loop.
-    Errors in the thread are raised in the loop; :meth:`close` stops the thread.
+    Errors in the thread are raised in the loop; :meth:`close` stops the thread (the
+    loop's ``for`` does it when it ends or breaks).
     """
 
     def __init__(self, source: Iterable[Any], transform: Callable[[Any], Any], *, depth: int = 2):
         if not isinstance(depth, int) or depth < 1:
             raise ValueError(f"depth must be an integer >= 1 (batches held ahead), got {depth!r}")
-        super().__init__("prefetch thread", "transform")
         self.source = source
         self.transform = transform
         self.depth = depth
@@ -98,6 +68,16 @@ class ThreadPrefetcher(_Spans):
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
+    # -- the two halves of the pattern: in the thread, and in the loop's thread -----------
+    def _prepare(self, batch: Any) -> Any:
+        """Runs in the background thread for each batch."""
+        return self.transform(batch)
+
+    def _hand_out(self, prepared: Any) -> Any:
+        """Runs in the loop's thread just before the loop gets the batch."""
+        return prepared
+
+    # -- the thread -------------------------------------------------------------------
     def _put(self, value: Any) -> bool:
         while not self._stop.is_set():
             try:
@@ -109,26 +89,26 @@ class ThreadPrefetcher(_Spans):
 
     def _run(self) -> None:
         try:
-            for number, item in enumerate(self.source):
-                if self._stop.is_set() or not self._put(self._timed(self.transform, item, number)):
+            for batch in self.source:
+                if self._stop.is_set() or not self._put(self._prepare(batch)):
                     return
             self._put(_DONE)
         except BaseException as error:  # handed to the loop, raised there
-            self._put(error)
+            self._put(_Failure(error))
 
     def __iter__(self) -> Iterator[Any]:
         if self._thread is not None:
-            raise RuntimeError("a ThreadPrefetcher is iterated once; make a new one per epoch")
-        self._thread = threading.Thread(target=self._run, name="ThreadPrefetcher", daemon=True)
+            raise RuntimeError(f"a {type(self).__name__} is iterated once; make a new one per epoch")
+        self._thread = threading.Thread(target=self._run, name=type(self).__name__, daemon=True)
         self._thread.start()
         try:
             while True:
                 item = self._queue.get()
                 if item is _DONE:
                     return
-                if isinstance(item, BaseException):
-                    raise item
-                yield item
+                if isinstance(item, _Failure):
+                    raise item.error
+                yield self._hand_out(item)
         finally:
             self.close()
 
@@ -144,42 +124,43 @@ class ThreadPrefetcher(_Spans):
                 self._thread.join(timeout=0.05)
 
 
-class DevicePrefetcher:
-    """Copy the next batch to ``device`` on a side CUDA stream while the loop steps on this one.
+class DevicePrefetcher(ThreadPrefetcher):
+    """Copy batches to ``device`` ahead of the loop, so the copy of batch s+1 runs while the
+    GPU steps on batch s.
 
-    How it keeps the copy correct and overlapped (CUDA):
+    The pattern, on CUDA:
 
-    * copies are queued on a side stream, so they run beside the compute on the
-      default stream (the source must be pinned — ``pin_memory=True`` — for the copy
-      to be asynchronous at all);
-    * before handing a batch out, the default stream ``wait_stream``-s the side
-      stream: kernels queued next cannot read the batch before its copy finished;
-    * each handed-out tensor gets ``record_stream(default stream)``. The caching
-      allocator tracks memory per stream: the batch was allocated on the side
-      stream, and without this, when the loop drops its last reference the
-      allocator would hand the block to the *next copy* on the side stream while
-      kernels on the default stream may still be reading it (a silent race).
+    * **A background thread** takes batches from the loader and queues each copy as soon
+      as the batch arrives, ``depth`` batches ahead. The loop gets batch s as soon as its
+      copy is *queued*, never waiting for the loader to produce batch s+1; and copy s+1
+      is queued while step s runs, even if the step ends in a sync such as
+      ``loss.item()`` (a copy queued after that sync could no longer overlap it).
+    * **A side stream** for the copies, so they run beside the compute on the loop's
+      stream (the GPU's copy engines are separate from its compute units). The source
+      must be pinned (``pin_memory=True``) for the copy to be asynchronous at all.
+    * **An event per copy**: recorded on the side stream right after copy s was queued.
+      Before handing batch s out, the loop's stream ``wait_event``-s it: the step's kernels
+      run after *this batch's* copy and after nothing else (waiting for the whole side
+      stream would also wait for copies of later batches queued meanwhile). The host
+      does not block.
+    * **record_stream**: the batch's memory was allocated on the side stream; PyTorch's
+      caching allocator reuses freed blocks per stream. ``record_stream(loop's stream)``
+      stops it from handing the block to a later copy while kernels on the loop's stream
+      may still read it (a silent race, not an error).
 
-    ``normalize=(mean, std)``: the advanced variant. The loader ships uint8 images
-    (4× fewer bytes to copy and to pass between processes); the first tensor of
-    each batch is converted to float and normalised on the device, on the side stream.
+    ``normalize=(mean, std)``: the loader ships uint8 images (4× fewer bytes through
+    shared memory, pinning and the copy); the first tensor of each batch is converted to
+    float and normalised on the device, on the side stream.
 
-    On a non-CUDA device (the CPU) it does the same work synchronously, so the code
-    path runs everywhere; there is nothing to overlap there.
-    ``spans``: the copies, timed with CUDA events on the side stream (host clock on the CPU).
+    On a non-CUDA device (the CPU) the same thread moves each batch synchronously: the code
+    path runs everywhere, and there is no copy to overlap.
     """
 
-    def __init__(
-        self,
-        source: Iterable[Any],
-        device: torch.device | str,
-        *,
-        normalize: tuple[Sequence[float], Sequence[float]] | None = None,
-    ):
-        self.source = source
+    def __init__(self, source: Iterable[Any], device: torch.device | str, *,
+                 normalize: tuple[Sequence[float], Sequence[float]] | None = None, depth: int = 2):
+        super().__init__(source, self.copy_to_device, depth=depth)
         self.device = torch.device(device)
-        self.cuda = self.device.type == "cuda"
-        self.stream = torch.cuda.Stream(self.device) if self.cuda else None
+        self.stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
         self.normalize = normalize
         self._mean = self._std = None
         if normalize is not None:
@@ -187,72 +168,79 @@ class DevicePrefetcher:
             shape = (1, len(mean), 1, 1)
             self._mean = torch.tensor(mean, dtype=torch.float32).view(shape).to(self.device)
             self._std = torch.tensor(std, dtype=torch.float32).view(shape).to(self.device)
-        self._host_spans: list[tuple[str, str, float, float, int]] = []
-        self._events: list[tuple[Any, Any, int]] = []
-        self._anchor: tuple[float, Any] | None = None
 
-    def _move(self, batch: Any) -> Any:
-        batch = to_device(batch, self.device, non_blocking=self.cuda)
+    def copy_to_device(self, batch: Any) -> Any:
+        """Move one batch (and normalise it); queued on the side stream on CUDA."""
+        batch = to_device(batch, self.device, non_blocking=self.stream is not None)
         if self.normalize is not None:
             first, *rest = batch if isinstance(batch, (list, tuple)) else (batch,)
             first = first.float().div_(255.0).sub_(self._mean).div_(self._std)
             batch = (first, *rest) if isinstance(batch, (list, tuple)) else first
         return batch
 
-    def _start_copy(self, item: Any, number: int) -> Any:
-        if not self.cuda:
-            start = clock()
-            moved = map_data(item, self._move)
-            self._host_spans.append(("copy (loop thread)", "copy", start, clock(), number))
-            return moved
-        begin = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
+    def _prepare(self, batch: Any) -> Any:
+        if self.stream is None:
+            return self.copy_to_device(batch), None
         with torch.cuda.stream(self.stream):
-            begin.record(self.stream)
-            moved = map_data(item, self._move)
-            end.record(self.stream)
-        self._events.append((begin, end, number))
+            moved = self.copy_to_device(batch)
+            copied = torch.cuda.Event()
+            copied.record(self.stream)
+        return moved, copied
+
+    def _hand_out(self, prepared: Any) -> Any:
+        moved, copied = prepared
+        if copied is not None:
+            current = torch.cuda.current_stream(self.device)
+            current.wait_event(copied)  # this batch's copy, and nothing queued after it
+            for tensor in tensors_in(moved):
+                tensor.record_stream(current)
         return moved
 
-    def _hand_out(self, item: Any) -> Any:
-        if self.cuda:
+    def __iter__(self) -> Iterator[Any]:
+        if self.stream is not None:
+            # The side stream starts after everything queued so far (e.g. the normalisation
+            # constants' copies) on the loop's stream.
+            self.stream.wait_stream(torch.cuda.current_stream(self.device))
+        return super().__iter__()
+
+
+class SerialisedDevicePrefetcher:
+    """The lab's former device prefetcher, kept to measure what :class:`DevicePrefetcher`
+    fixes. Do not copy it: it pulls batch s+1 from the loader and queues its copy *before*
+    handing out batch s, then makes the loop's stream wait for the whole side stream — so
+    the step on batch s also waits for copy s+1 (copy and step are serialised), and the
+    loop waits for the loader's next batch before it may step on this one."""
+
+    def __init__(self, source: Iterable[Any], device: torch.device | str):
+        self.source = source
+        self.device = torch.device(device)
+        self.stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
+
+    def copy_to_device(self, batch: Any) -> Any:
+        return to_device(batch, self.device, non_blocking=self.stream is not None)
+
+    def _start_copy(self, batch: Any) -> Any:
+        if self.stream is None:
+            return self.copy_to_device(batch)
+        with torch.cuda.stream(self.stream):
+            return self.copy_to_device(batch)
+
+    def _hand_out(self, moved: Any) -> Any:
+        if self.stream is not None:
             current = torch.cuda.current_stream(self.device)
             current.wait_stream(self.stream)
-
-            def keep(batch: Any) -> Any:
-                for tensor in tensors_in(batch):
-                    tensor.record_stream(current)
-                return batch
-
-            map_data(item, keep)
-        return item
+            for tensor in tensors_in(moved):
+                tensor.record_stream(current)
+        return moved
 
     def __iter__(self) -> Iterator[Any]:
-        if self.cuda:
-            torch.cuda.synchronize(self.device)
-            anchor = torch.cuda.Event(enable_timing=True)
-            anchor.record(torch.cuda.current_stream(self.device))
-            self._anchor = (clock(), anchor)
         iterator = iter(self.source)
         try:
-            pending = self._start_copy(next(iterator), 0)
+            pending = self._start_copy(next(iterator))
         except StopIteration:
             return
-        number = 1
-        for item in iterator:
-            following = self._start_copy(item, number)  # queued before the loop steps on `pending`
+        for batch in iterator:
+            following = self._start_copy(batch)  # queued before the loop steps on `pending`
             yield self._hand_out(pending)
             pending = following
-            number += 1
         yield self._hand_out(pending)
-
-    @property
-    def spans(self) -> list[tuple[str, str, float, float, int]]:
-        """Copy spans on the host clock (synchronises the device to read CUDA events)."""
-        if not self.cuda or self._anchor is None:
-            return list(self._host_spans)
-        torch.cuda.synchronize(self.device)
-        anchor_s, anchor = self._anchor
-        return [("copy stream", "copy", anchor_s + anchor.elapsed_time(b) / 1e3,
-                 anchor_s + anchor.elapsed_time(e) / 1e3, n) for b, e, n in self._events]
-

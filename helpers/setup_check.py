@@ -8,11 +8,12 @@ import sys
 from dataclasses import dataclass
 from importlib import metadata
 
-from . import config
+from torch.utils.data import DataLoader
+
+from . import config, torch_internals
 from .datasets import TaggedDataset
-from .loaders import make_loader
+from .recorder import record
 from .system import format_shm, shm_info
-from .timeline import record
 
 PINNED = {"torch": "2.14.1", "torchvision": "0.29.1"}
 MINIMUM_SHM_BYTES = 1 * 2**30  # Docker's default of 64 MB breaks multi-worker loading
@@ -66,13 +67,13 @@ def check_lab_checkout() -> Check:
                  "" if ok else "install the lab editable: `pip install -e .` in its folder")
 
 
-def check_start_method(method: str, load_s: float = 0.05) -> Check:
+def check_start_method(method: str, item_wait_s: float = 0.05) -> Check:
     """Start 2 workers with ``method`` and check each batch names the worker that built it."""
     try:
-        loader = make_loader(TaggedDataset(4, load_s), batch_size=1, num_workers=2,
-                             prefetch_factor=1, start_method=method)
+        loader = DataLoader(TaggedDataset(4, item_wait_s=item_wait_s), batch_size=1, num_workers=2,
+                            prefetch_factor=1, multiprocessing_context=method)
         received: list = []
-        tl = record(loader, received.append)
+        tl = record(loader, received.append, progress=False)
         workers_ok = all(batch["worker"].item() == b.worker
                          for batch, b in zip(received, tl.batches, strict=True))
         ok = workers_ok and sorted({b.worker for b in tl.batches}) == [0, 1]
@@ -82,6 +83,16 @@ def check_start_method(method: str, load_s: float = 0.05) -> Check:
     except Exception as error:  # reported as a failed check, with the real message
         return Check(f"workers ({method})", False, f"{type(error).__name__}: {error}",
                      "see README troubleshooting (start methods)")
+
+
+def check_torch_internals() -> Check:
+    """The private DataLoader internals the instrument uses are where the lab expects them."""
+    try:
+        checks = torch_internals.self_check()
+    except torch_internals.TorchInternalsChanged as error:
+        return Check("instrument vs this torch", False, str(error),
+                     "run `make lab` (it installs the pinned torch)")
+    return Check("instrument vs this torch", True, f"{len(checks)} private DataLoader internals in place")
 
 
 def check_shm() -> Check:
@@ -120,7 +131,7 @@ def check_cores() -> Check:
 def run_setup_checks(start_methods: list[str] | None = None) -> list[Check]:
     """Every check of notebook 00, in order. Starts real workers for each start method."""
     methods = start_methods if start_methods is not None else mp.get_all_start_methods()
-    return [check_python(), *check_packages(), check_lab_checkout(),
+    return [check_python(), *check_packages(), check_lab_checkout(), check_torch_internals(),
             *[check_start_method(m) for m in methods],
             check_shm(), check_open_files(), check_cores()]
 

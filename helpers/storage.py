@@ -3,9 +3,9 @@
 :class:`SqliteDataset` runs one ``SELECT`` per sample in ``__getitem__``;
 :class:`BatchedSqliteDataset` adds ``__getitems__``, one ``SELECT … WHERE id IN (…)``
 per batch. The query is real work (parse, plan, page reads, Python objects per
-row). ``request_latency_s`` adds a modelled network round trip per query, as a
+row). ``request_wait_s`` adds a modelled network round trip per query, as a
 database server or object store would (SOURCES.md section 4: time to first byte
-on remote storage), and ``item_busy_s`` the per-sample CPU work (decoding,
+on remote storage), and ``item_cpu_s`` the per-sample CPU work (decoding,
 augmenting) that batching cannot remove. Both are stated, never hidden.
 
 Each process opens its own connection on first use (a connection cannot be
@@ -47,19 +47,19 @@ def make_sqlite_db(path: str | os.PathLike, num_rows: int, *, features: int = 64
 
 class SqliteDataset(Dataset):
     """Sample ``i`` is row ``id = i``: ``(features float32 tensor, label)``, fetched with one
-    query per sample (plus ``request_latency_s`` of modelled round trip and
-    ``item_busy_s`` of CPU work per sample)."""
+    query per sample (plus ``request_wait_s`` of modelled round trip and
+    ``item_cpu_s`` of CPU work per sample)."""
 
-    def __init__(self, path: str | os.PathLike, *, request_latency_s: float = 0.0,
-                 item_busy_s: float = 0.0):
-        if request_latency_s < 0 or item_busy_s < 0:
-            raise ValueError("request_latency_s and item_busy_s must be >= 0 seconds, got "
-                             f"{request_latency_s} and {item_busy_s}")
+    def __init__(self, path: str | os.PathLike, *, request_wait_s: float = 0.0,
+                 item_cpu_s: float = 0.0):
+        if request_wait_s < 0 or item_cpu_s < 0:
+            raise ValueError("request_wait_s and item_cpu_s must be >= 0 seconds, got "
+                             f"{request_wait_s} and {item_cpu_s}")
         self.path = str(path)
         if not Path(self.path).exists():
             raise FileNotFoundError(f"no database at {self.path}: create it with helpers.make_sqlite_db()")
-        self.request_latency_s = request_latency_s
-        self.item_busy_s = item_busy_s
+        self.request_wait_s = request_wait_s
+        self.item_cpu_s = item_cpu_s
         with sqlite3.connect(self.path) as connection:
             self.length = connection.execute("SELECT COUNT(*) FROM samples").fetchone()[0]
         connection.close()
@@ -86,13 +86,13 @@ class SqliteDataset(Dataset):
         return torch.frombuffer(bytearray(blob), dtype=torch.float32), int(label)
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
-        pay(self.request_latency_s)
+        pay(self.request_wait_s)
         row = self._db().execute("SELECT features, label FROM samples WHERE id = ?",
                                  (int(index),)).fetchone()
         self.queries += 1
         if row is None:
             raise IndexError(f"no sample {index} (the database has {self.length})")
-        burn_cpu(self.item_busy_s)
+        burn_cpu(self.item_cpu_s)
         return self._sample(*row)
 
 
@@ -101,7 +101,7 @@ class BatchedSqliteDataset(SqliteDataset):
     the per-sample CPU work is still paid for every sample."""
 
     def __getitems__(self, indices: list[int]) -> list[tuple[torch.Tensor, int]]:
-        pay(self.request_latency_s)
+        pay(self.request_wait_s)
         ids = [int(i) for i in indices]
         marks = ",".join("?" * len(ids))
         rows = self._db().execute(f"SELECT id, features, label FROM samples WHERE id IN ({marks})",
@@ -113,6 +113,6 @@ class BatchedSqliteDataset(SqliteDataset):
             raise IndexError(f"no samples {missing[:5]} (the database has {self.length})")
         out = []
         for i in ids:  # the sampler's order, whatever order SQLite returned
-            burn_cpu(self.item_busy_s)
+            burn_cpu(self.item_cpu_s)
             out.append(self._sample(*by_id[i]))
         return out

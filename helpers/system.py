@@ -36,9 +36,13 @@ def accelerator_name() -> str | None:
     return None
 
 
-def default_start_method() -> str:
-    """The start method DataLoader workers get when none is chosen."""
-    return mp.get_start_method(allow_none=True) or mp.get_context().get_start_method()
+def use_start_method() -> str:
+    """Make the lab's start method (``DLLAB_START_METHOD``, else the platform's default) the
+    default of this process, so every ``DataLoader`` without a ``multiprocessing_context``
+    starts its workers with it; returns its name. Notebooks call it once, in their setup."""
+    method = config.start_method()
+    mp.set_start_method(method, force=True)
+    return method
 
 
 def shm_info(path: str = "/dev/shm") -> dict[str, float] | None:
@@ -73,7 +77,7 @@ def free_cores(processes: int = 2, seconds: float = 0.5, start_method: str | Non
     """
     if processes < 1 or seconds <= 0:
         raise ValueError(f"free_cores needs processes >= 1 and seconds > 0, got {processes}, {seconds}")
-    ctx = mp.get_context(start_method or default_start_method())
+    ctx = mp.get_context(start_method or config.default_start_method())
     barrier, shares = ctx.Barrier(processes), ctx.SimpleQueue()
     children = [ctx.Process(target=_spin, args=(barrier, seconds, shares), daemon=True)
                 for _ in range(processes)]
@@ -146,7 +150,7 @@ def describe_machine() -> MachineDescription:
         torch=torch.__version__,
         torchvision=tv_version,
         accelerator=accelerator_name(),
-        start_method=default_start_method(),
+        start_method=config.default_start_method(),
         start_methods=mp.get_all_start_methods(),
         shm=shm_info(),
         smoke=config.is_smoke(),

@@ -1,24 +1,30 @@
 """The step-time model, drawn next to every measurement.
 
-Notation (per batch, in seconds), after the blog post in SOURCES.md section 2:
+Notation (per batch, in seconds), after the blog post in SOURCES.md section 2, with one
+definition of each quantity used everywhere in the lab:
 
-* ``load_s`` (n): the cost of building one batch in a worker (dataset access + collate);
-* ``main_s`` (m): loading work the main process still does per batch;
+* ``batch_load_s`` (n): building one batch in a worker (dataset access + ``collate_fn``);
 * ``step_s`` (y): the training step;
-* ``transfer_s`` (c): what the loop pays to take a finished batch in hand
-  (receiving it from shared memory, pinning);
+* ``main_s`` (m): what the main process does per batch **on the loop's path**, besides
+  the step: receiving the batch from shared memory, a per-batch transform, a copy the
+  loop makes. It runs in the loop's thread, between steps, so it cannot overlap them;
 * ``num_workers`` (x).
 
-Synchronous loop (x = 0): every batch costs ``m + n + y``: nothing overlaps.
-With x workers, the workers together deliver a batch every ``m + n/x`` seconds
-while the loop needs ``y + c`` per batch, so in steady state the time per batch is
-``max(m + n/x, y + c)`` - the slower side sets the pace. The workers keep up once
-``x >= n / (y - m)``.
+Synchronous loop (x = 0): every batch costs ``n + m + y``: nothing overlaps. With x
+workers, the workers together deliver a batch every ``n/x`` seconds while the loop needs
+``y + m`` per batch, so in steady state the time per batch is ``max(n/x, y + m)``: the
+slower side sets the pace. The workers keep up once ``x >= n / (y + m)``.
+
+The blog writes ``t = max(m + n/x, y)`` and ``x = n / (y - m)``, putting m on the
+workers' side. Measured here (notebook 02), the main process's per-batch work happens in
+the loop's thread, after the workers are done with the batch: it lengthens the loop's
+cycle, it does not slow the workers, so the lab puts it on the loop's side.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from . import config
@@ -30,61 +36,44 @@ def _check(**values: float) -> None:
             raise ValueError(f"{name} must be >= 0, got {value}")
 
 
-def step_time(
-    load_s: float,
-    step_s: float,
-    num_workers: int,
-    *,
-    main_s: float = 0.0,
-    transfer_s: float = 0.0,
-) -> float:
+def step_time(batch_load_s: float, step_s: float, num_workers: int, *, main_s: float = 0.0) -> float:
     """Predicted steady-state time per batch (seconds); see the module docstring."""
-    _check(load_s=load_s, step_s=step_s, num_workers=num_workers, main_s=main_s,
-           transfer_s=transfer_s)
+    _check(batch_load_s=batch_load_s, step_s=step_s, num_workers=num_workers, main_s=main_s)
     if num_workers == 0:
-        return main_s + load_s + step_s
-    return max(main_s + load_s / num_workers, step_s + transfer_s)
+        return batch_load_s + main_s + step_s
+    return max(batch_load_s / num_workers, step_s + main_s)
 
 
-def first_batch_time(
-    load_s: float,
-    num_workers: int,
-    *,
-    startup_s: float = 0.0,
-    main_s: float = 0.0,
-) -> float:
+def first_batch_time(batch_load_s: float, num_workers: int, *, startup_s: float = 0.0,
+                     main_s: float = 0.0) -> float:
     """Predicted time from ``iter(loader)`` to the first batch in hand (seconds).
 
-    With workers, the first batch waits for a worker to start (``startup_s``) and
-    then for ONE worker to build the whole batch: more workers do not make the
-    first batch faster.
+    With workers, the first batch waits for a worker to start (``startup_s``) and then
+    for ONE worker to build the whole batch: more workers do not make the first batch
+    faster.
     """
-    _check(load_s=load_s, num_workers=num_workers, startup_s=startup_s, main_s=main_s)
+    _check(batch_load_s=batch_load_s, num_workers=num_workers, startup_s=startup_s, main_s=main_s)
     if num_workers == 0:
-        return main_s + load_s
-    return startup_s + main_s + load_s
+        return batch_load_s + main_s
+    return startup_s + batch_load_s + main_s
 
 
-def recommend_num_workers(
-    load_s: float,
-    step_s: float,
-    *,
-    main_s: float = 0.0,
-    cores: int | None = None,
-) -> int:
-    """The blog's rule: ``x = ceil(n / (y - m))`` when ``y > m``, else the core count.
+def recommend_num_workers(batch_load_s: float, step_s: float, *, main_s: float = 0.0,
+                          cores: int | None = None) -> int:
+    """The sizing rule ``x = ceil(n / (y + m))``: the fewest workers that keep up with the loop.
 
-    Past ``x`` the workers already keep up and more only cost memory and start-up.
-    For CPU-bound loading the useful count is also capped by the cores (not applied
-    here: the rule is about latency; notebook 02 measures the cap).
+    Past ``x`` the workers already keep up and more only cost memory and start-up. For
+    CPU-bound loading the useful count is also capped by the cores (not applied here:
+    the rule is about keeping up; notebook 04 measures the cap). With neither a step nor
+    main-process work there is nothing to keep up with: every core is the answer.
     """
-    _check(load_s=load_s, step_s=step_s, main_s=main_s)
-    if load_s == 0:
+    _check(batch_load_s=batch_load_s, step_s=step_s, main_s=main_s)
+    if batch_load_s == 0:
         return 0
-    if step_s <= main_s:
+    if step_s + main_s == 0:
         return cores if cores is not None else config.available_cores()
     # A tiny tolerance so that 0.2 / 0.05 = 4.000000000000001 gives 4, not 5.
-    return max(1, math.ceil(load_s / (step_s - main_s) - 1e-9))
+    return max(1, math.ceil(batch_load_s / (step_s + main_s) - 1e-9))
 
 
 @dataclass(frozen=True)
@@ -101,35 +90,39 @@ class PlannedBatch:
 
 def simulate(
     num_batches: int,
-    load_s: float,
+    batch_load_s: float | Sequence[float],
     step_s: float,
     num_workers: int,
     *,
     prefetch_factor: int | None = 2,
     startup_s: float = 0.0,
-    transfer_s: float = 0.0,
+    main_s: float = 0.0,
 ) -> list[PlannedBatch]:
     """The schedule an in-order DataLoader follows under the model, batch by batch.
 
-    Batch ``i`` goes to worker ``i % x`` (round robin). At ``iter()`` the loader
-    hands out ``prefetch_factor * x`` batches; afterwards one more each time the loop
-    takes a batch. A worker builds its batches one after another, each in
-    ``load_s``; the loop takes batch ``i`` when it is built and the previous step
-    has ended, pays ``transfer_s``, then steps for ``step_s``.
+    Batch ``i`` goes to worker ``i % x`` (round robin). At ``iter()`` the loader hands out
+    ``prefetch_factor * x`` batches; afterwards one more each time the loop takes a batch.
+    A worker builds its batches one after another, batch ``i`` in ``batch_load_s`` (or
+    ``batch_load_s[i]`` when a sequence is given: uneven batches); the loop takes batch
+    ``i`` when it is built and the previous step has ended, pays ``main_s``, then steps
+    for ``step_s``.
 
     This reproduces the blog's measured patterns exactly, e.g. 2 workers, 1 s load,
     0.25 s step: intervals 1.25, then 0.25 and 0.75 alternating.
     """
-    _check(num_batches=num_batches, load_s=load_s, step_s=step_s, num_workers=num_workers,
-           startup_s=startup_s, transfer_s=transfer_s)
+    loads = list(batch_load_s) if isinstance(batch_load_s, Sequence) else [batch_load_s] * num_batches
+    if len(loads) != num_batches:
+        raise ValueError(f"got {len(loads)} batch loads for {num_batches} batches")
+    _check(num_batches=num_batches, step_s=step_s, num_workers=num_workers, startup_s=startup_s,
+           main_s=main_s, **{f"batch_load_s[{i}]": v for i, v in enumerate(loads)})
     plan: list[PlannedBatch] = []
     previous_end = 0.0
     if num_workers == 0:
         for i in range(num_batches):
             start = previous_end
-            fetched = start + load_s
-            previous_end = fetched + step_s
-            plan.append(PlannedBatch(i, -1, start, fetched, fetched, previous_end))
+            fetched = start + loads[i]
+            previous_end = fetched + main_s + step_s
+            plan.append(PlannedBatch(i, -1, start, fetched, fetched + main_s, previous_end))
         return plan
     depth = (prefetch_factor if prefetch_factor is not None else 2) * num_workers
     worker_free = [startup_s] * num_workers
@@ -137,9 +130,9 @@ def simulate(
         worker = i % num_workers
         issued = startup_s if i < depth else plan[i - depth].ready
         start = max(issued, worker_free[worker])
-        fetched = start + load_s
+        fetched = start + loads[i]
         worker_free[worker] = fetched
-        ready = max(fetched, previous_end) + transfer_s
+        ready = max(fetched, previous_end) + main_s
         previous_end = ready + step_s
         plan.append(PlannedBatch(i, worker, start, fetched, ready, previous_end))
     return plan
@@ -152,3 +145,29 @@ def simulated_intervals(plan: list[PlannedBatch]) -> list[float]:
         out.append(batch.step_end - previous)
         previous = batch.step_end
     return out
+
+
+def as_timeline(plan: list[PlannedBatch], *, num_workers: int | None = None):
+    """A :class:`helpers.Timeline` of a simulated schedule: the model drawn and analysed with
+    the same tools as a measurement (and the unit tests' stand-in for one)."""
+    from .timeline import BatchRecord, EpochRecord, Timeline
+
+    if not plan:
+        raise ValueError("an empty schedule has no timeline")
+    workers = sorted({b.worker for b in plan})
+    previous = 0.0
+    batches = []
+    seq: dict[int, int] = {}
+    for b in plan:
+        batches.append(BatchRecord(epoch=0, index=b.index, worker=b.worker, fetch_start=b.fetch_start,
+                                   fetch_end=b.fetch_end, wait_start=previous, ready=b.ready,
+                                   step_end=b.step_end, worker_seq=seq.get(b.worker, 0),
+                                   indices=(b.index,), pid=0))
+        seq[b.worker] = seq.get(b.worker, 0) + 1
+        previous = b.step_end
+    x = num_workers if num_workers is not None else (0 if workers == [-1] else len(workers))
+    first_fetch = {w: min(b.fetch_start for b in plan if b.worker == w) for w in workers if w >= 0}
+    epoch = EpochRecord(epoch=0, iter_start=0.0, iter_end=0.0, first_ready=plan[0].ready,
+                        end=plan[-1].step_end, worker_ready=first_fetch)
+    return Timeline(batches=batches, epochs=[epoch],
+                    config={"num_workers": x, "describe": f"model: num_workers={x}"})

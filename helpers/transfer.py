@@ -174,3 +174,18 @@ def nonblocking_readback_trap(
         "early_values": sorted({float(v) for v in early.unique()[:5]}),
         "after_sync_correct": bool(torch.all(late == expected)),
     }
+
+
+def pinned_block_bytes(nbytes: int) -> int:
+    """The size of the pinned block PyTorch's caching host allocator takes for ``nbytes``:
+    the next power of two (``torch.cuda.host_memory_stats`` documents the rounding)."""
+    return 1 << max(int(nbytes) - 1, 0).bit_length() if nbytes > 0 else 0
+
+
+def pinned_budget_bytes(batch: Any, num_workers: int, prefetch_factor: int) -> int:
+    """Pinned memory a ``pin_memory=True`` loader can hold at once (bytes): up to
+    ``num_workers × prefetch_factor`` batches in flight plus the one the loop holds and the
+    one it just dropped, each tensor in a power-of-two block. The caching host allocator
+    keeps freed blocks for reuse, so the process keeps this much pinned after the peak."""
+    per_batch = sum(pinned_block_bytes(t.element_size() * t.nelement()) for t in tensors_in(batch))
+    return (num_workers * prefetch_factor + 2) * per_batch

@@ -25,6 +25,8 @@ from typing import Any
 import psutil
 from torch.utils.data import Dataset, Sampler, get_worker_info
 
+from . import torch_internals
+
 
 class SharedEpoch:
     """An integer in shared memory that the main process sets and workers read.
@@ -124,7 +126,7 @@ def worker_memory(iterator: Any) -> list[ProcessMemory]:
 
     Raises naming the fix when the iterator has no workers (``num_workers=0``).
     """
-    workers = getattr(iterator, "_workers", None)
+    workers = torch_internals.worker_processes(iterator)
     if not workers:
         raise ValueError("this iterator has no worker processes: build the loader with num_workers >= 1 "
                          "and pass iter(loader) after it has produced a batch")

@@ -46,3 +46,42 @@ def test_sized_needs_one_type_and_seconds_a_duration():
 def test_results_dir_can_be_overridden(monkeypatch, tmp_path):
     monkeypatch.setenv(config.RESULTS_ENV, str(tmp_path))
     assert config.results_dir() == tmp_path
+
+
+def test_start_method_setting_is_parsed_strictly(monkeypatch):
+    import multiprocessing as mp
+
+    monkeypatch.delenv(config.START_METHOD_ENV, raising=False)
+    assert config.start_method() == config.default_start_method()
+    for method in mp.get_all_start_methods():
+        monkeypatch.setenv(config.START_METHOD_ENV, f" {method.upper()} ")
+        assert config.start_method() == method
+    monkeypatch.setenv(config.START_METHOD_ENV, "thread")
+    with pytest.raises(ValueError, match="DLLAB_START_METHOD='thread'.*one of"):
+        config.start_method()
+    monkeypatch.setenv(config.START_METHOD_ENV, "")
+    assert config.start_method() == config.default_start_method()
+
+
+def test_use_start_method_makes_it_the_default_for_loaders(monkeypatch):
+    import multiprocessing as mp
+
+    import helpers
+
+    before = mp.get_start_method()
+    try:
+        monkeypatch.setenv(config.START_METHOD_ENV, "spawn")
+        assert helpers.use_start_method() == "spawn"
+        loader = torch_loader()
+        assert helpers.LoaderSettings.from_loader(loader).start_method == "spawn"
+        assert [int(b) for b in loader] == [0, 1]
+    finally:
+        mp.set_start_method(before, force=True)
+
+
+def torch_loader():
+    from torch.utils.data import DataLoader
+
+    import helpers
+
+    return DataLoader(helpers.WorkDataset(2), num_workers=1)

@@ -4,16 +4,17 @@ import time
 
 import pytest
 import torch
+from conftest import make_loader
 
 import helpers
 
 
 def test_sleep_costs_wait_and_busy_costs_cpu():
-    dataset = helpers.WorkDataset(2, item_sleep_s=0.05)
+    dataset = helpers.WorkDataset(2, item_wait_s=0.05)
     wall, cpu = time.perf_counter(), time.thread_time()
     dataset[0]
     assert time.perf_counter() - wall >= 0.05 and time.thread_time() - cpu < 0.02
-    dataset = helpers.WorkDataset(2, item_busy_s=0.05)
+    dataset = helpers.WorkDataset(2, item_cpu_s=0.05)
     cpu = time.thread_time()
     dataset[0]
     assert time.thread_time() - cpu >= 0.05
@@ -28,8 +29,8 @@ def test_modelled_step_waits_without_using_the_cpu():
 
 
 def test_batched_work_pays_the_request_cost_once_per_batch():
-    plain = helpers.WorkDataset(8, request_sleep_s=0.02)
-    batched = helpers.BatchedWorkDataset(8, request_sleep_s=0.02)
+    plain = helpers.WorkDataset(8, request_wait_s=0.02)
+    batched = helpers.BatchedWorkDataset(8, request_wait_s=0.02)
     start = time.perf_counter()
     items = [plain[i] for i in range(4)]
     per_item = time.perf_counter() - start
@@ -45,8 +46,8 @@ def test_work_dataset_items_carry_their_index():
 
 
 def test_tutorial_datasets_match_in_shape_and_are_repeatable():
-    single = helpers.TutorialDataset(8, shape=(3, 8, 8), delay_s=0.0)
-    batched = helpers.BatchedTutorialDataset(8, shape=(3, 8, 8), delay_s=0.0)
+    single = helpers.TutorialDataset(8, shape=(3, 8, 8), item_wait_s=0.0)
+    batched = helpers.BatchedTutorialDataset(8, shape=(3, 8, 8), item_wait_s=0.0)
     image, label = single[3]
     assert image.shape == (3, 8, 8) and 0 <= label < 10
     assert torch.equal(single[3][0], image)
@@ -56,16 +57,17 @@ def test_tutorial_datasets_match_in_shape_and_are_repeatable():
 
 
 def test_tutorial_dataset_loads_under_spawn():
-    dataset = helpers.BatchedTutorialDataset(8, shape=(3, 8, 8), delay_s=0.0)
-    loader = helpers.make_loader(dataset, batch_size=4, num_workers=1, prefetch_factor=1,
+    dataset = helpers.BatchedTutorialDataset(8, shape=(3, 8, 8), item_wait_s=0.0)
+    loader = make_loader(dataset, batch_size=4, num_workers=1, prefetch_factor=1,
                                  start_method="spawn")
     images, labels = next(iter(loader))
     assert images.shape == (4, 3, 8, 8) and labels.shape == (4,)
 
 
 def test_straggler_dataset_slows_one_item_in_every():
-    dataset = helpers.StragglerDataset(10, 0.01, every=5, factor=5)
+    dataset = helpers.WorkDataset(10, item_wait_s=0.01, slow_every=5, slow_factor=5)
     assert [i for i in range(10) if dataset.is_slow(i)] == [0, 5]
+    assert dataset.mean_item_s() == pytest.approx(0.01 * (1 + 4 / 5))
 
 
 def test_mnist_like_is_learnable_shape():

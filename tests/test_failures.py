@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import psutil
 import pytest
+from conftest import make_loader
 
 import helpers
 
@@ -11,7 +12,7 @@ pytestmark = pytest.mark.skipif(helpers.shm_used_bytes() is None, reason="needs 
 
 
 def test_shm_monitor_sees_a_loader_use_shared_memory():
-    loader = helpers.make_loader(helpers.WorkDataset(8, item_shape=(1 << 18,)), batch_size=2,
+    loader = make_loader(helpers.WorkDataset(8, item_shape=(1 << 18,)), batch_size=2,
                                  num_workers=2, prefetch_factor=2, start_method="fork")
     with helpers.ShmMonitor() as shm:
         batches = list(loader)

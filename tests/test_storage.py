@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import make_loader
 
 import helpers
 
@@ -29,7 +30,7 @@ def test_per_sample_and_batched_return_the_same_samples(db):
 
 @pytest.mark.parametrize("start_method", ["fork", "spawn"])
 def test_sqlite_datasets_load_in_workers(db, start_method):
-    loader = helpers.make_loader(helpers.BatchedSqliteDataset(db), batch_size=10, num_workers=2,
+    loader = make_loader(helpers.BatchedSqliteDataset(db), batch_size=10, num_workers=2,
                                  prefetch_factor=2, start_method=start_method)
     batches = list(loader)
     assert len(batches) == 10 and batches[0][0].shape == (10, 8)
@@ -41,8 +42,8 @@ def test_missing_database_names_the_fix(tmp_path):
 
 
 def test_stragglers_show_in_the_tail_and_block_the_line():
-    dataset = helpers.WorkDataset(24, item_sleep_s=0.01, slow_every=8, slow_factor=10)
-    loader = helpers.make_loader(dataset, batch_size=1, num_workers=2, prefetch_factor=2,
+    dataset = helpers.WorkDataset(24, item_wait_s=0.01, slow_every=8, slow_factor=10)
+    loader = make_loader(dataset, batch_size=1, num_workers=2, prefetch_factor=2,
                                  start_method="fork")
     tl = helpers.record(loader, helpers.ModelledStep(0.01))
     p = tl.interval_percentiles((50, 99))

@@ -8,10 +8,11 @@ import statistics
 
 import pytest
 import torch
+from conftest import make_loader
 from torch.utils.data import get_worker_info
 
 import helpers
-from helpers.timeline import RecordingWorkerInit
+from helpers.hooks import RecordingWorkerInit
 
 
 def check_clocks(tl: helpers.Timeline) -> None:
@@ -30,7 +31,7 @@ def check_clocks(tl: helpers.Timeline) -> None:
 # -- the blog experiment ----------------------------------------------------------------
 def test_two_workers_reproduce_the_blog_pattern():
     load_s, step_s = 0.2, 0.05
-    loader = helpers.make_loader(helpers.SleepDataset(12, load_s), num_workers=2,
+    loader = make_loader(helpers.WorkDataset(12, item_wait_s=load_s), num_workers=2,
                                  prefetch_factor=2, start_method="fork")
     tl = helpers.record(loader, helpers.ModelledStep(step_s))
     check_clocks(tl)
@@ -50,7 +51,7 @@ def test_two_workers_reproduce_the_blog_pattern():
 
 
 def test_zero_workers_is_load_plus_step_and_fetches_in_the_main_process():
-    loader = helpers.make_loader(helpers.SleepDataset(6, 0.05))
+    loader = make_loader(helpers.WorkDataset(6, item_wait_s=0.05))
     tl = helpers.record(loader, helpers.ModelledStep(0.02))
     check_clocks(tl)
     assert tl.workers == [helpers.MAIN_PROCESS]
@@ -64,7 +65,7 @@ def test_zero_workers_is_load_plus_step_and_fetches_in_the_main_process():
 @pytest.mark.parametrize("start_method", ["fork", "spawn", "forkserver"])
 def test_worker_ids_and_fetch_times_under_each_start_method(start_method):
     load_s = 0.05
-    loader = helpers.make_loader(helpers.TaggedDataset(8, load_s), batch_size=2, num_workers=2,
+    loader = make_loader(helpers.TaggedDataset(8, item_wait_s=load_s), batch_size=2, num_workers=2,
                                  prefetch_factor=2, start_method=start_method)
     seen = []
     tl = helpers.record(loader, seen.append)
@@ -82,7 +83,7 @@ def test_worker_ids_and_fetch_times_under_each_start_method(start_method):
 
 
 def test_worker_seq_counts_batches_per_worker():
-    loader = helpers.make_loader(helpers.SleepDataset(8, 0.0), num_workers=2, prefetch_factor=2)
+    loader = make_loader(helpers.WorkDataset(8, item_wait_s=0.0), num_workers=2, prefetch_factor=2)
     tl = helpers.record(loader)
     for worker in (0, 1):
         assert [b.worker_seq for b in tl.batches if b.worker == worker] == [0, 1, 2, 3]
@@ -91,7 +92,7 @@ def test_worker_seq_counts_batches_per_worker():
 # -- what the step receives -----------------------------------------------------------------
 def test_step_receives_the_batch_exactly_as_the_loader_delivers_it():
     dataset = helpers.WorkDataset(10, item_shape=(3,))
-    loader = helpers.make_loader(dataset, batch_size=4, num_workers=2, prefetch_factor=2)
+    loader = make_loader(dataset, batch_size=4, num_workers=2, prefetch_factor=2)
     plain = list(loader)
     received = []
     helpers.record(loader, received.append)
@@ -110,7 +111,7 @@ def collate_pair(items):
 
 
 def test_custom_collate_fn_output_reaches_the_step_unchanged():
-    loader = torch.utils.data.DataLoader(helpers.SleepDataset(5, 0.0), batch_size=2,
+    loader = torch.utils.data.DataLoader(helpers.WorkDataset(5, item_wait_s=0.0), batch_size=2,
                                          num_workers=1, collate_fn=collate_pair)
     received = []
     helpers.record(loader, received.append)
@@ -121,7 +122,7 @@ def test_custom_collate_fn_output_reaches_the_step_unchanged():
 @pytest.mark.parametrize("drop_last, expected", [(False, [3, 3, 3, 1]), (True, [3, 3, 3])])
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_batch_counts_with_drop_last_and_partial_batches(drop_last, expected, num_workers):
-    loader = helpers.make_loader(helpers.SleepDataset(10, 0.0), batch_size=3,
+    loader = make_loader(helpers.WorkDataset(10, item_wait_s=0.0), batch_size=3,
                                  num_workers=num_workers, drop_last=drop_last,
                                  prefetch_factor=2 if num_workers else None)
     tl = helpers.record(loader)
@@ -130,8 +131,8 @@ def test_batch_counts_with_drop_last_and_partial_batches(drop_last, expected, nu
 
 
 def test_getitems_is_used_and_recorded():
-    dataset = helpers.BatchedWorkDataset(8, request_sleep_s=0.05)
-    loader = helpers.make_loader(dataset, batch_size=4, num_workers=2, prefetch_factor=2,
+    dataset = helpers.BatchedWorkDataset(8, request_wait_s=0.05)
+    loader = make_loader(dataset, batch_size=4, num_workers=2, prefetch_factor=2,
                                  start_method="spawn")
     received = []
     tl = helpers.record(loader, received.append)
@@ -142,7 +143,7 @@ def test_getitems_is_used_and_recorded():
 
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_iterable_dataset(num_workers):
-    loader = helpers.make_loader(helpers.SleepStream(9, 0.01), batch_size=2,
+    loader = make_loader(helpers.WorkStream(9, item_wait_s=0.01), batch_size=2,
                                  num_workers=num_workers,
                                  prefetch_factor=2 if num_workers else None)
     received = []
@@ -160,10 +161,10 @@ def test_iterable_dataset(num_workers):
 @pytest.mark.skipif(not helpers.HAS_IN_ORDER, reason="this torch has no in_order")
 def test_out_of_order_arrival_is_recorded():
     # Item 0 takes 10x longer: with in_order=False the loop gets other batches first.
-    dataset = helpers.StragglerDataset(8, 0.03, every=8, factor=10)
+    dataset = helpers.WorkDataset(8, item_wait_s=0.03, slow_every=8, slow_factor=10)
     kwargs = dict(num_workers=2, prefetch_factor=2)
-    tl_fifo = helpers.record(helpers.make_loader(dataset, **kwargs))
-    tl_free = helpers.record(helpers.make_loader(dataset, in_order=False, **kwargs))
+    tl_fifo = helpers.record(make_loader(dataset, **kwargs))
+    tl_free = helpers.record(make_loader(dataset, in_order=False, **kwargs))
     assert tl_fifo.batches[0].indices == (0,)
     first_sample = [b.indices[0] for b in tl_free.batches]
     assert first_sample[0] != 0 and sorted(first_sample) == list(range(8))
@@ -171,7 +172,7 @@ def test_out_of_order_arrival_is_recorded():
 
 
 def test_persistent_workers_start_once_and_the_loader_is_restored():
-    loader = helpers.make_loader(helpers.TaggedDataset(4, 0.0), batch_size=2, num_workers=2,
+    loader = make_loader(helpers.TaggedDataset(4), batch_size=2, num_workers=2,
                                  prefetch_factor=2, persistent_workers=True)
     received = []
     tl = helpers.record(loader, received.append, epochs=3)
@@ -186,7 +187,7 @@ def test_persistent_workers_start_once_and_the_loader_is_restored():
 
 
 def test_workers_restart_every_epoch_without_persistence():
-    loader = helpers.make_loader(helpers.SleepDataset(4, 0.0), batch_size=2, num_workers=2,
+    loader = make_loader(helpers.WorkDataset(4, item_wait_s=0.0), batch_size=2, num_workers=2,
                                  prefetch_factor=2)
     tl = helpers.record(loader, epochs=2)
     assert len({b.pid for b in tl.batches}) == 4
@@ -198,7 +199,7 @@ def set_tag(worker_id: int) -> None:
 
 
 def test_the_loaders_own_worker_init_fn_still_runs():
-    loader = helpers.make_loader(helpers.TaggedDataset(4, 0.0), batch_size=1, num_workers=2,
+    loader = make_loader(helpers.TaggedDataset(4), batch_size=1, num_workers=2,
                                  prefetch_factor=2, worker_init_fn=set_tag, start_method="fork")
     received = []
     helpers.record(loader, received.append)
@@ -208,7 +209,7 @@ def test_the_loaders_own_worker_init_fn_still_runs():
 
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_pin_memory_delivers_the_same_batches(num_workers):
-    loader = helpers.make_loader(helpers.WorkDataset(6, item_shape=(4,)), batch_size=3,
+    loader = make_loader(helpers.WorkDataset(6, item_shape=(4,)), batch_size=3,
                                  num_workers=num_workers, pin_memory=True,
                                  prefetch_factor=2 if num_workers else None)
     received = []
@@ -221,14 +222,14 @@ def test_pin_memory_delivers_the_same_batches(num_workers):
 
 
 def test_max_batches_counts_across_epochs():
-    loader = helpers.make_loader(helpers.SleepDataset(4, 0.0), batch_size=1)
+    loader = make_loader(helpers.WorkDataset(4, item_wait_s=0.0), batch_size=1)
     tl = helpers.record(loader, epochs=3, max_batches=6)
     assert len(tl.batches) == 6 and len(tl.epochs) == 2
     assert [b.index for b in tl.batches] == [0, 1, 2, 3, 0, 1]
 
 
 def test_a_failing_step_propagates_and_the_loader_is_restored():
-    loader = helpers.make_loader(helpers.SleepDataset(4, 0.0), num_workers=1, prefetch_factor=1)
+    loader = make_loader(helpers.WorkDataset(4, item_wait_s=0.0), num_workers=1, prefetch_factor=1)
 
     def explode(batch):
         raise KeyError("boom")
@@ -239,7 +240,7 @@ def test_a_failing_step_propagates_and_the_loader_is_restored():
 
 
 def test_bad_arguments_are_refused():
-    loader = helpers.make_loader(helpers.SleepDataset(2, 0.0))
+    loader = make_loader(helpers.WorkDataset(2, item_wait_s=0.0))
     with pytest.raises(TypeError, match="DataLoader"):
         helpers.record([1, 2, 3])
     with pytest.raises(ValueError, match="epochs"):
@@ -253,7 +254,7 @@ def test_bad_arguments_are_refused():
 
 # -- summary and export ------------------------------------------------------------------------
 def test_summary_numbers_are_consistent():
-    loader = helpers.make_loader(helpers.SleepDataset(8, 0.04), num_workers=2, prefetch_factor=2)
+    loader = make_loader(helpers.WorkDataset(8, item_wait_s=0.04), num_workers=2, prefetch_factor=2)
     tl = helpers.record(loader, helpers.ModelledStep(0.01), epochs=2)
     s = tl.summary()
     assert s["batches"] == 16 and s["epochs"] == 2
@@ -267,13 +268,84 @@ def test_summary_numbers_are_consistent():
 
 
 def test_chrome_trace_has_one_track_per_worker_and_one_for_the_loop(tmp_path):
-    loader = helpers.make_loader(helpers.SleepDataset(6, 0.01), num_workers=3, prefetch_factor=2)
+    loader = make_loader(helpers.WorkDataset(6, item_wait_s=0.01), num_workers=3, prefetch_factor=2)
     tl = helpers.record(loader, helpers.ModelledStep(0.005))
     path = tl.to_chrome_trace(tmp_path / "trace.json")
     events = json.loads(path.read_text())["traceEvents"]
     names = {e["args"]["name"] for e in events if e.get("name") == "thread_name"}
-    assert names == {"training loop", "worker 0", "worker 1", "worker 2"}
+    assert names == {"training loop", "worker 0", "worker 1", "worker 2",
+                     "receive (unpickle in the main process)"}
     spans = [e for e in events if e["ph"] == "X"]
     assert sum(e["name"].startswith("fetch") for e in spans) == 6
     assert sum(e["name"].startswith("step") for e in spans) == 6
+    assert sum(e["name"].startswith("receive") for e in spans) == 6
     assert all(e["dur"] >= 0 for e in spans)
+
+
+# -- the hand-over and garbage collection ---------------------------------------------------------
+@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+def test_send_and_receive_are_stamped_on_the_way_to_the_loop(start_method):
+    loader = make_loader(helpers.WorkDataset(6, item_wait_s=0.01, item_shape=(1024,)), batch_size=2,
+                         num_workers=2, prefetch_factor=2, start_method=start_method)
+    tl = helpers.record(loader, helpers.ModelledStep(0.01))
+    for b in tl.batches:
+        assert b.fetch_end <= b.sent <= b.received_start <= b.received_end <= b.ready, b
+        assert b.receive_s >= 0
+    zero = helpers.record(make_loader(helpers.WorkDataset(4)))
+    assert all(b.sent is None and b.receive_s == 0.0 for b in zero.batches)
+
+
+class CollectOnce:
+    """A step that runs a full garbage collection on batch `at` (as Python does by itself when
+    enough objects have been allocated)."""
+
+    def __init__(self, at):
+        self.at, self.seen = at, 0
+
+    def __call__(self, batch):
+        if self.seen == self.at:
+            import gc
+
+            gc.collect()
+        self.seen += 1
+
+
+def test_garbage_collection_pauses_are_recorded_where_they_happen():
+    loader = make_loader(helpers.WorkDataset(6, item_wait_s=0.005), num_workers=2, prefetch_factor=2,
+                         start_method="fork")
+    tl = helpers.record(loader, CollectOnce(at=3))
+    full = [p for p in tl.pauses if p.generation == 2]
+    assert full, tl.pauses
+    third = tl.batches[3]
+    assert any(third.ready <= p.start <= p.end <= third.step_end for p in full)
+    assert tl.gc_pause_s() >= sum(p.duration_s for p in full)
+    assert tl.summary()["gc_pause_s"] == tl.gc_pause_s()
+    # the instrument leaves no callback behind
+    import gc
+
+    assert not [cb for cb in gc.callbacks if type(cb).__name__ == "GcMonitor"]
+
+
+def test_paused_intervals_counts_intervals_with_a_long_pause():
+    plan = helpers.simulate(6, 0.1, 0.05, 4)
+    tl = helpers.as_timeline(plan)
+    assert tl.paused_intervals() == 0
+    middle = tl.batches[3]
+    tl.pauses.append(helpers.Pause(middle.ready, middle.ready + 0.02, 2))
+    assert tl.paused_intervals() == 1
+
+
+def test_torch_internals_self_check_passes_on_the_pinned_torch():
+    from helpers import torch_internals
+
+    checks = torch_internals.self_check()
+    assert all(c.ok for c in checks) and len(checks) >= 8
+
+
+def test_torch_internals_self_check_names_what_moved(monkeypatch):
+    from helpers import torch_internals
+
+    # as if a torch release changed what the pin thread calls
+    monkeypatch.setattr(torch_internals, "pin_batch", lambda data: data)
+    with pytest.raises(torch_internals.TorchInternalsChanged, match=r"pin_memory\.pin_memory.*make lab"):
+        torch_internals.self_check()

@@ -8,13 +8,14 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
+from conftest import make_loader  # noqa: E402
 
 import helpers  # noqa: E402
 
 
 @pytest.fixture
 def small_explorer():
-    return helpers.TimelineExplorer(num_workers=2, prefetch_factor=2, load_s=0.02,
+    return helpers.TimelineExplorer(num_workers=2, prefetch_factor=2, item_load_s=0.02,
                                     step_s=0.005, items=6, start_method="fork")
 
 
@@ -27,13 +28,36 @@ def test_explorer_runs_once_on_show_and_reports_model_and_measurement(small_expl
     assert small_explorer.progress.value == small_explorer.progress.max == 6
 
 
-def test_explorer_shows_bad_settings_in_the_widget_and_raises_only_on_request(small_explorer):
-    small_explorer.num_workers.value = 0  # prefetch_factor=2 stays: invalid
+def test_explorer_shows_errors_in_the_widget_and_raises_only_on_request(small_explorer, monkeypatch):
+    from helpers.widgets import ExplorerSettings
+
+    def broken(self):
+        raise ValueError("this dataset cannot be built: set items >= 1")
+
+    monkeypatch.setattr(ExplorerSettings, "dataset", broken)
     assert small_explorer.run(raise_errors=False) is None
-    assert "Set prefetch_factor=None" in small_explorer.summary.value
+    assert "set items &gt;= 1" in small_explorer.summary.value
     assert not small_explorer.run_button.disabled
-    with pytest.raises(ValueError, match="prefetch_factor"):
+    with pytest.raises(ValueError, match="items >= 1"):
         small_explorer.run(raise_errors=True)
+
+
+def test_explorer_greys_out_worker_knobs_with_zero_workers_and_still_runs(small_explorer):
+    small_explorer.persistent_workers.value = True
+    small_explorer.num_workers.value = 0  # prefetch_factor=2 and persistent_workers stay set, greyed out
+    assert small_explorer.prefetch_factor.disabled and small_explorer.persistent_workers.disabled
+    assert small_explorer.in_order.disabled and small_explorer.start_method.disabled
+    tl = small_explorer.run()
+    assert tl is not None and tl.workers == [helpers.MAIN_PROCESS]
+    assert small_explorer.last_settings.loader_settings.prefetch_factor is None
+    small_explorer.num_workers.value = 1
+    assert not small_explorer.prefetch_factor.disabled and small_explorer.prefetch_factor.value == 2
+
+
+def test_explorer_labels_are_not_cut():
+    explorer = helpers.TimelineExplorer()
+    for box in (explorer.cpu_bound, explorer.batched_fetch, explorer.persistent_workers):
+        assert box.indent is False and box.style.description_width == "initial"
 
 
 def test_explorer_button_click_records_a_new_run(small_explorer):
@@ -41,13 +65,13 @@ def test_explorer_button_click_records_a_new_run(small_explorer):
     small_explorer.num_workers.value = 3
     small_explorer.run_button.click()
     assert small_explorer.runs == 2
-    assert small_explorer.last_settings.num_workers == 3
+    assert small_explorer.last_settings.loader_settings.num_workers == 3
     assert "num_workers=3" in small_explorer.summary.value
 
 
 @pytest.mark.parametrize("num_workers", [0, 1, 16])
 def test_plot_timeline_has_a_row_per_worker_plus_the_loop(num_workers):
-    loader = helpers.make_loader(helpers.SleepDataset(32, 0.001), num_workers=num_workers,
+    loader = make_loader(helpers.WorkDataset(32, item_wait_s=0.001), num_workers=num_workers,
                                  prefetch_factor=2 if num_workers else None)
     tl = helpers.record(loader, helpers.ModelledStep(0.001), epochs=2)
     ax = helpers.plot_timeline(tl)
@@ -60,7 +84,7 @@ def test_plot_timeline_has_a_row_per_worker_plus_the_loop(num_workers):
 
 
 def test_plot_timelines_shares_the_time_axis_and_checks_titles():
-    tls = [helpers.record(helpers.make_loader(helpers.SleepDataset(4, 0.01))) for _ in range(2)]
+    tls = [helpers.record(make_loader(helpers.WorkDataset(4, item_wait_s=0.01))) for _ in range(2)]
     fig = helpers.plot_timelines(tls, titles=["a", "b"])
     assert len(fig.axes) == 2
     assert fig.axes[0].get_xlim() == fig.axes[1].get_xlim()
@@ -72,10 +96,10 @@ def test_plot_timelines_shares_the_time_axis_and_checks_titles():
 
 
 def test_prefetcher_rows_and_copy_segments_are_drawn_with_a_legend():
-    loader = helpers.make_loader(helpers.WorkDataset(4, item_shape=(2,)), batch_size=1)
+    loader = make_loader(helpers.WorkDataset(4, item_shape=(2,)), batch_size=1)
     plain = helpers.record(loader, helpers.ModelledStep(0.001))
     wrapped = helpers.record(loader, helpers.ModelledStep(0.001), device="cpu",
-                             wrap=lambda it: helpers.BatchTransform(it, helpers.HostTransform(sleep_s=0.002)))
+                             wrap=lambda it: helpers.BatchTransform(it, helpers.HostTransform(wait_s=0.002)))
     fig = helpers.plot_timelines([plain, wrapped])
     labels = [t.get_text() for t in fig.axes[1].get_yticklabels()]
     assert "transform (loop thread)" in labels

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from conftest import make_loader
 
 import helpers
 
@@ -30,11 +31,11 @@ def test_attribute_set_between_epochs_is_stale_in_persistent_workers(start_metho
     def set_attr(epoch):
         dataset.epoch = epoch
 
-    fresh = helpers.make_loader(dataset, batch_size=4, num_workers=2, prefetch_factor=2,
+    fresh = make_loader(dataset, batch_size=4, num_workers=2, prefetch_factor=2,
                                 start_method=start_method)
     assert epochs_seen(fresh, before_epoch=set_attr) == [{0}, {1}, {2}]
     dataset.epoch = 0
-    persistent = helpers.make_loader(dataset, batch_size=4, num_workers=2, prefetch_factor=2,
+    persistent = make_loader(dataset, batch_size=4, num_workers=2, prefetch_factor=2,
                                      persistent_workers=True, start_method=start_method)
     assert epochs_seen(persistent, before_epoch=set_attr) == [{0}, {0}, {0}]  # the pitfall
 
@@ -42,20 +43,20 @@ def test_attribute_set_between_epochs_is_stale_in_persistent_workers(start_metho
 @pytest.mark.parametrize("start_method", ["fork", "spawn"])
 def test_sampler_side_epoch_and_shared_value_reach_persistent_workers(start_method):
     sampler = helpers.EpochSampler(8)
-    by_sampler = helpers.make_loader(helpers.EpochEchoDataset(8), batch_size=4, num_workers=2,
+    by_sampler = make_loader(helpers.EpochEchoDataset(8), batch_size=4, num_workers=2,
                                      prefetch_factor=2, persistent_workers=True,
                                      start_method=start_method, sampler=sampler)
     assert epochs_seen(by_sampler, before_epoch=sampler.set_epoch) == [{0}, {1}, {2}]
 
     shared = helpers.SharedEpoch(start_method)
-    by_value = helpers.make_loader(helpers.EpochEchoDataset(8, shared=shared), batch_size=4,
+    by_value = make_loader(helpers.EpochEchoDataset(8, shared=shared), batch_size=4,
                                    num_workers=2, prefetch_factor=2, persistent_workers=True,
                                    start_method=start_method)
     assert epochs_seen(by_value, before_epoch=shared.set) == [{0}, {1}, {2}]
 
 
 def test_worker_memory_reports_each_live_worker():
-    loader = helpers.make_loader(helpers.SleepDataset(8, 0.0), batch_size=2, num_workers=2,
+    loader = make_loader(helpers.WorkDataset(8, item_wait_s=0.0), batch_size=2, num_workers=2,
                                  prefetch_factor=2, persistent_workers=True, start_method="fork")
     iterator = iter(loader)
     next(iterator)
@@ -64,4 +65,4 @@ def test_worker_memory_reports_each_live_worker():
     assert os.getpid() not in {m.pid for m in memory}
     iterator._shutdown_workers()
     with pytest.raises(ValueError, match="num_workers >= 1"):
-        helpers.worker_memory(iter(helpers.make_loader(helpers.SleepDataset(2, 0.0))))
+        helpers.worker_memory(iter(make_loader(helpers.WorkDataset(2, item_wait_s=0.0))))

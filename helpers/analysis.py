@@ -1,0 +1,53 @@
+"""Small analyses of recordings that several notebooks use (each unit-tested)."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+
+from .timeline import Timeline
+
+
+def cycle(intervals: Sequence[float], period: int) -> list[float]:
+    """The repeating pattern of ``intervals`` with ``period`` positions: the median of each
+    position (robust to one late wake-up or pause), sorted. E.g. the blog's 2-worker
+    pattern 0.25, 0.75, 0.25, 0.75, ... gives ``[0.25, 0.75]``."""
+    if period < 1 or len(intervals) < period:
+        raise ValueError(f"need at least {period} intervals for a cycle of {period}, got {len(intervals)}")
+    return sorted(statistics.median(intervals[k::period]) for k in range(period))
+
+
+def median_interval_s(tl: Timeline) -> float:
+    """The median time between loop iterations, each epoch's first batch excluded (s).
+
+    The median, not the mean: one garbage-collection pause or late wake-up does not move it."""
+    steady = tl.steady_intervals()
+    return statistics.median(steady) if steady else math.nan
+
+
+def time_per_batch_after_startup(tl: Timeline) -> float:
+    """Wall time per batch once the workers were up (worker start-up left out) (s)."""
+    return (tl.wall_s - tl.worker_startup_s()) / len(tl.batches)
+
+
+def epoch_first_batch_gaps(tl: Timeline) -> list[float]:
+    """Per epoch after the first: from ``iter(loader)`` to the epoch's first batch in hand (s)."""
+    return tl.summary()["first_batch_s_per_epoch"][1:]
+
+
+def shutdown_gaps(tl: Timeline) -> list[float]:
+    """Per epoch: the loop's last ``next()``, which finds the epoch over. Without persistent
+    workers the DataLoader shuts its workers down inside it, before raising
+    ``StopIteration`` (s)."""
+    return [e.end - max(b.step_end for b in tl.epoch_batches(e.epoch)) for e in tl.epochs
+            if tl.epoch_batches(e.epoch)]
+
+
+def predicted_fetch_speedup(batch_size: int, request_wait_s: float, item_cpu_s: float,
+                            local_per_sample_s: float, local_per_batch_s: float) -> float:
+    """The speedup of one request per batch (``__getitems__``) over one per sample, from the
+    stated costs plus the measured local cost of fetching a batch each way (s per batch)."""
+    per_sample = batch_size * (request_wait_s + item_cpu_s) + local_per_sample_s
+    per_batch = request_wait_s + batch_size * item_cpu_s + local_per_batch_s
+    return per_sample / per_batch

@@ -1,0 +1,7 @@
+"""Each notebook's lesson checks and the verdicts its prose reads, as tested functions.
+
+One module per notebook topic; each has a ``checks(...)`` function that takes what the
+notebook measured and returns :class:`helpers.Check` objects (``helpers.show_checks``
+renders them and raises when one fails). ``tests/test_lessons.py`` runs every one of them
+on a configuration where its lesson does not hold, and shows it failing.
+"""
