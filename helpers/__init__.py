@@ -17,7 +17,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from . import config, lessons, torch_internals
+from . import config, lessons, pauses, torch_internals
 from .analysis import (
     cycle,
     epoch_first_batch_gaps,
@@ -45,6 +45,7 @@ from .hooks import MAIN_PROCESS
 from .models import ForumMLP, ModelledStep, TrainStep, TutorialNet
 from .prefetch import BatchTransform, DevicePrefetcher, SerialisedDevicePrefetcher, ThreadPrefetcher
 from .recorder import record
+from .report import Table, table
 from .settings import HAS_IN_ORDER, LoaderSettings
 from .setup_check import checks_html, run_setup_checks
 from .storage import BatchedSqliteDataset, SqliteDataset, make_sqlite_db
@@ -108,9 +109,9 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
-    "config", "lessons", "torch_internals",
+    "config", "lessons", "pauses", "torch_internals",
     "MAIN_PROCESS", "HAS_IN_ORDER", "BatchRecord", "EpochRecord", "Pause", "Span", "Timeline", "record",
-    "LoaderSettings",
+    "LoaderSettings", "Table", "table",
     "available_cores", "is_smoke", "results_dir", "seconds", "sized", "start_method",
     "BatchedTensorDataset", "BatchedTutorialDataset", "BatchedWorkDataset", "HostTransform",
     "TaggedDataset", "TutorialDataset", "WorkDataset", "WorkStream", "burn_cpu", "mnist_like",

@@ -51,3 +51,25 @@ def predicted_fetch_speedup(batch_size: int, request_wait_s: float, item_cpu_s: 
     per_sample = batch_size * (request_wait_s + item_cpu_s) + local_per_sample_s
     per_batch = request_wait_s + batch_size * item_cpu_s + local_per_batch_s
     return per_sample / per_batch
+
+
+def settled_intervals(tl: Timeline, settle_s: float = 0.0) -> list[float]:
+    """Intervals between loop iterations once every worker of their epoch was up, and
+    ``settle_s`` more (s). Under ``spawn`` and ``forkserver`` workers become ready one after
+    another, seconds apart; the pattern a lesson reads is the one after that."""
+    out = []
+    for epoch in tl.epochs:
+        ready = max(epoch.worker_ready.values(), default=epoch.iter_start) + settle_s
+        ends = [b.step_end for b in tl.epoch_batches(epoch.epoch)]
+        out.extend(later - earlier for earlier, later in zip(ends, ends[1:], strict=False) if earlier >= ready)
+    return out
+
+
+def per_batch_s(tl: Timeline, period: int, settle_s: float = 0.0, cycles: int = 2) -> float | None:
+    """The time per batch in steady state, robustly: the mean of the repeating cycle of
+    ``period`` intervals (:func:`cycle`) once the workers are up (:func:`settled_intervals`).
+    None when fewer than ``cycles`` whole cycles were measured."""
+    intervals = settled_intervals(tl, settle_s)
+    if len(intervals) < cycles * period:
+        return None
+    return statistics.fmean(cycle(intervals, period))

@@ -61,6 +61,9 @@ class LessonChecks(list):
     def __str__(self) -> str:
         return "\n".join(f"[{verdict}] {claim}: {measured}" for claim, measured, verdict in self.rows())
 
+    def __repr__(self) -> str:
+        return str(self)
+
     def _repr_html_(self) -> str:
         colour = {"✓": "#1a7f37", "✗": "#cf222e", "premise failed": "#9a6700"}
         body = "".join(
@@ -79,7 +82,7 @@ class LessonChecks(list):
                 + "\n".join(f"- {c.claim} (measured: {c.measured})" for c in failed))
 
 
-def show_checks(checks: Iterable[Check]) -> LessonChecks:
+def show_checks(checks: Iterable[Check]) -> None:
     """Display the checks as a table, then raise :class:`LessonCheckFailed` if any failed."""
     table = LessonChecks(checks)
     try:
@@ -89,7 +92,6 @@ def show_checks(checks: Iterable[Check]) -> LessonChecks:
     except ImportError:  # outside IPython: print the table
         print(table)
     table.raise_if_failed()
-    return table
 
 
 # -- noise -----------------------------------------------------------------------------------
@@ -157,3 +159,18 @@ def holds(claim: str, ok: bool, measured: str) -> Check:
 def premise_failed(claim: str, measured: str, premise: str) -> Check:
     """The claim could not be tested on this run; ``premise`` says why, with the number."""
     return Check(claim, measured, None, premise)
+
+
+def greater(claim: str, measured: float, reference: float, *, margin: float, unit: str = "s",
+            what: str = "") -> Check:
+    """``measured`` exceeds ``reference``: passes when it does by more than ``margin`` (the
+    noise), fails when it does not exceed it at all, and reports a failed premise in
+    between (the difference is within this run's noise, so the claim was not tested)."""
+    text = f"{_fmt(measured, unit)} vs {_fmt(reference, unit)}" + (f" ({what})" if what else "")
+    if not math.isfinite(measured):
+        return Check(claim, text, False)
+    if measured >= reference + margin:
+        return Check(claim, text, True)
+    if measured <= reference:
+        return Check(claim, text, False)
+    return Check(claim, text, None, f"the difference is within this run's noise (± {_fmt(margin, unit)})")

@@ -55,8 +55,8 @@ def summary_line(tl: Timeline) -> str:
     """The headline numbers of a timeline in one line."""
     s = tl.summary()
     return (
-        f"{s['batches']} batches in {s['wall_s']:.2f} s · mean step interval "
-        f"{s['mean_step_interval_s']:.3f} s · loop waiting {s['wait_fraction']:.0%} · "
+        f"{s['batches']} batches in {s['wall_s']:.2f} s · median step interval "
+        f"{s['median_step_interval_s']:.3f} s · loop waiting {s['wait_fraction']:.0%} · "
         f"first batch {s['first_batch_s']:.2f} s"
     )
 

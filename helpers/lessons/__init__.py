@@ -5,3 +5,7 @@ notebook measured and returns :class:`helpers.Check` objects (``helpers.show_che
 renders them and raises when one fails). ``tests/test_lessons.py`` runs every one of them
 on a configuration where its lesson does not hold, and shows it failing.
 """
+
+from . import baseline, num_workers, setup
+
+__all__ = ["baseline", "num_workers", "setup"]

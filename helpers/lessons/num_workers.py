@@ -1,0 +1,97 @@
+"""Notebook 02 · how many workers: measure n, y and m, size, verify; and the collector's pauses."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+from ..analysis import per_batch_s
+from ..checks import Check, greater, margin_s, near, premise_failed, timing_noise_s
+from ..pauses import CollectionTimes
+from ..theory import recommend_num_workers, step_time
+from ..timeline import Timeline
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """What one calibration run measured, per batch, in seconds."""
+
+    n: float  #: building a batch in a worker (median fetch)
+    y: float  #: the step (median)
+    m: float  #: the hand-over the loop waits through: worker done → batch in the loop's hands (median)
+    in_worker: float  #: fetch done → the worker's queue thread sent it
+    in_pipe: float  #: sent → the main process starts unpickling
+    unpickle: float  #: rebuilding its tensors from shared memory
+    iterator: float  #: unpickled → in the loop's hands (the DataLoader's bookkeeping)
+
+    @property
+    def recommended(self) -> int:
+        return recommend_num_workers(self.n, self.y, main_s=self.m)
+
+
+def calibrate(tl: Timeline) -> Calibration:
+    """n, y and m from a recording (1 worker is best: each fetch runs alone). m counts only
+    batches the loop was already waiting for, so it is the hand-over itself."""
+    waited = [b for b in tl.batches if b.wait_start <= b.fetch_end and b.sent is not None]
+    if not waited:
+        raise ValueError("no batch arrived while the loop waited: calibrate with fewer workers or a longer load")
+
+    def med(values):
+        return statistics.median(values)
+
+    return Calibration(
+        n=med(b.fetch_s for b in tl.batches), y=med(b.step_s for b in tl.batches),
+        m=med(b.ready - b.fetch_end for b in waited),
+        in_worker=med(b.sent - b.fetch_end for b in waited),
+        in_pipe=med(b.received_start - b.sent for b in waited),
+        unpickle=med(b.receive_s for b in waited),
+        iterator=med(b.ready - b.received_end for b in waited))
+
+
+def checks(calibration: Calibration, verify: dict[int, Timeline], collections: CollectionTimes) -> list[Check]:
+    """The sizing rule against runs with the recommended count and one fewer, and the
+    collector's pauses."""
+    c = calibration
+    x = c.recommended
+    noise = timing_noise_s([b.step_s for tl in verify.values() for b in tl.batches])
+    out: list[Check] = []
+    measured = time_per_batch(verify, c.n)
+    untested = "too few batches after the workers were up"
+    if x in verify:
+        claim = f"with the recommended {x} workers the loop steps at y + m"
+        out.append(premise_failed(claim, "", untested) if measured[x] is None else
+                   near(claim, measured[x], c.y + c.m, rel=0.10, noise_s=noise))
+    if x > 1 and x - 1 in verify:
+        claims = (f"with {x - 1} the loop waits: its time per batch is above y + m",
+                  f"the model max(n/x, y + m) predicts the time per batch with {x - 1} workers")
+        if measured[x - 1] is None:
+            out.extend(premise_failed(claim, "", untested) for claim in claims)
+        else:
+            out.append(greater(claims[0], measured[x - 1], c.y + c.m, margin=margin_s(c.y, 0.05, noise)))
+            out.append(near(claims[1], measured[x - 1], step_time(c.n, c.y, x - 1, main_s=c.m), rel=0.15,
+                            noise_s=noise))
+    out.append(greater("gc.freeze() makes a full collection at least 5× shorter",
+                       collections.alone_median_s, 5 * collections.frozen_median_s,
+                       margin=0.002, what="without vs 5 × with"))
+    claim = "the first full collection after forking workers is slower (it copies shared pages)"
+    if collections.start_method != "fork":
+        out.append(premise_failed(claim, f"start method {collections.start_method}",
+                                  "only forked workers share this process's pages"))
+    else:
+        spread = max(collections.alone_s) - min(collections.alone_s)
+        out.append(greater(claim, collections.after_start_s, collections.alone_median_s * 1.1,
+                           margin=max(0.005, 3 * spread), what="vs 1.1 × a collection before the fork"))
+    return out
+
+
+def time_per_batch(runs: dict[int, Timeline], batch_load_s: float) -> dict[int, float | None]:
+    """Per worker count, the steady time per batch: the mean of the repeating cycle of intervals
+    (one position per worker) once the workers are up; None when too few batches remained."""
+    return {x: per_batch_s(tl, max(x, 1), settle_s=batch_load_s) for x, tl in runs.items()}
+
+
+def first_batch_taken(loader):
+    """``iter(loader)`` with its first batch taken: its workers are up and have worked."""
+    iterator = iter(loader)
+    next(iterator)
+    return iterator
