@@ -110,7 +110,7 @@ def spread_s(values: Sequence[float]) -> float:
 def timing_noise_s(step_durations: Sequence[float]) -> float:
     """The timing noise of this machine right now, from steps that should all take the same
     time (the modelled step sleeps a fixed time: every deviation is the machine's)."""
-    return max(TIMER_FLOOR_S, spread_s(step_durations))
+    return spread_s(step_durations)
 
 
 def margin_s(expected_s: float, rel: float, noise_s: float = 0.0) -> float:
@@ -161,16 +161,16 @@ def premise_failed(claim: str, measured: str, premise: str) -> Check:
     return Check(claim, measured, None, premise)
 
 
-def greater(claim: str, measured: float, reference: float, *, margin: float, unit: str = "s",
+
+def exceeds(claim: str, measured: float, reference: float, *, gap: float, noise: float, unit: str = "s",
             what: str = "") -> Check:
-    """``measured`` exceeds ``reference``: passes when it does by more than ``margin`` (the
-    noise), fails when it does not exceed it at all, and reports a failed premise in
-    between (the difference is within this run's noise, so the claim was not tested)."""
-    text = f"{_fmt(measured, unit)} vs {_fmt(reference, unit)}" + (f" ({what})" if what else "")
-    if not math.isfinite(measured):
-        return Check(claim, text, False)
-    if measured >= reference + margin:
-        return Check(claim, text, True)
-    if measured <= reference:
-        return Check(claim, text, False)
-    return Check(claim, text, None, f"the difference is within this run's noise (± {_fmt(margin, unit)})")
+    """``measured`` is above ``reference`` by about ``gap`` (the predicted effect): passes when it
+    is above by at least half the gap, fails otherwise — unless the noise cannot resolve half the
+    gap (``3 × noise >= gap / 2``), which is reported as a failed premise."""
+    text = (f"{_fmt(measured, unit)} vs {_fmt(reference, unit)}, predicted gap {_fmt(gap, unit)}"
+            + (f" ({what})" if what else ""))
+    if 3 * noise >= gap / 2:
+        return Check(claim, text, None, f"the predicted gap is within this run's timing noise "
+                                        f"(± {_fmt(3 * noise, unit)})")
+    ok = math.isfinite(measured) and measured >= reference + gap / 2
+    return Check(claim, text, ok)

@@ -119,7 +119,7 @@ def sizing_case(load_for=None, after_start_s=0.5, frozen_s=0.0, start_method="fo
     from helpers.lessons.num_workers import Calibration
     from helpers.pauses import CollectionTimes
 
-    cal = Calibration(n=0.12, y=0.05, m=0.002, in_worker=0.0, in_pipe=0.0, unpickle=0.002, iterator=0.0)
+    cal = Calibration(n=0.14, y=0.05, m=0.002, in_worker=0.0, in_pipe=0.0, unpickle=0.002, iterator=0.0)
     load_for = load_for or {}
     verify = {w: helpers.as_timeline(helpers.simulate(24, load_for.get(w, cal.n), cal.y, w, startup_s=0.01,
                                                       main_s=cal.m), num_workers=w) for w in (2, 3)}
@@ -138,8 +138,8 @@ def test_num_workers_checks_pass_when_the_lesson_holds():
 def test_num_workers_checks_fail_when_the_rule_is_wrong_for_the_loader():
     from helpers.lessons import num_workers
 
-    # The recommended 3 workers are too few (batches cost 0.18 s), and 2 already keep up at 0.1 s.
-    failed = failing(num_workers.checks(*sizing_case(load_for={3: 0.18, 2: 0.1})))
+    # The recommended 3 workers are too few (batches cost 0.2 s), and 2 already keep up at 0.1 s.
+    failed = failing(num_workers.checks(*sizing_case(load_for={3: 0.2, 2: 0.1})))
     assert failed == ["with the recommended 3 workers the loop steps at y + m",
                       "with 2 the loop waits: its time per batch is above y + m",
                       "the model max(n/x, y + m) predicts the time per batch with 2 workers"]

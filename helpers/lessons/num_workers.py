@@ -6,7 +6,7 @@ import statistics
 from dataclasses import dataclass
 
 from ..analysis import per_batch_s
-from ..checks import Check, greater, margin_s, near, premise_failed, timing_noise_s
+from ..checks import Check, at_least, exceeds, near, premise_failed, timing_noise_s
 from ..pauses import CollectionTimes
 from ..theory import recommend_num_workers, step_time
 from ..timeline import Timeline
@@ -67,20 +67,27 @@ def checks(calibration: Calibration, verify: dict[int, Timeline], collections: C
         if measured[x - 1] is None:
             out.extend(premise_failed(claim, "", untested) for claim in claims)
         else:
-            out.append(greater(claims[0], measured[x - 1], c.y + c.m, margin=margin_s(c.y, 0.05, noise)))
+            predicted = step_time(c.n, c.y, x - 1, main_s=c.m)
+            out.append(exceeds(claims[0], measured[x - 1], c.y + c.m, gap=predicted - (c.y + c.m), noise=noise))
             out.append(near(claims[1], measured[x - 1], step_time(c.n, c.y, x - 1, main_s=c.m), rel=0.15,
                             noise_s=noise))
-    out.append(greater("gc.freeze() makes a full collection at least 5× shorter",
-                       collections.alone_median_s, 5 * collections.frozen_median_s,
-                       margin=0.002, what="without vs 5 × with"))
+    out.append(at_least("gc.freeze() makes a full collection at least 5× shorter",
+                        collections.alone_median_s / max(collections.frozen_median_s, 1e-4), 5.0, unit="×",
+                        what="without ÷ with (0.1 ms floor)"))
     claim = "the first full collection after forking workers is slower (it copies shared pages)"
     if collections.start_method != "fork":
         out.append(premise_failed(claim, f"start method {collections.start_method}",
                                   "only forked workers share this process's pages"))
     else:
-        spread = max(collections.alone_s) - min(collections.alone_s)
-        out.append(greater(claim, collections.after_start_s, collections.alone_median_s * 1.1,
-                           margin=max(0.005, 3 * spread), what="vs 1.1 × a collection before the fork"))
+        before = collections.alone_median_s
+        spread = (max(collections.alone_s) - min(collections.alone_s)) / before
+        measured = f"{collections.after_start_s * 1e3:.0f} ms vs {before * 1e3:.0f} ms before"
+        if spread > 0.1:
+            out.append(premise_failed(claim, measured, f"collections before the fork varied by {spread:.0%}: "
+                                                       "too noisy to tell a 10 % difference"))
+        else:
+            out.append(at_least(claim, collections.after_start_s / before, 1.1, unit="×",
+                                what=f"{measured}: at least 1.1×"))
     return out
 
 
