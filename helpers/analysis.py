@@ -61,7 +61,8 @@ def settled_intervals(tl: Timeline, settle_s: float = 0.0) -> list[float]:
     for epoch in tl.epochs:
         ready = max(epoch.worker_ready.values(), default=epoch.iter_start) + settle_s
         ends = [b.step_end for b in tl.epoch_batches(epoch.epoch)]
-        out.extend(later - earlier for earlier, later in zip(ends, ends[1:], strict=False) if earlier >= ready)
+        out.extend(later - earlier for earlier, later in zip(ends, ends[1:], strict=False)
+                   if earlier >= ready)
     return out
 
 

@@ -50,7 +50,8 @@ class CollectionTimes:
         return statistics.median(self.frozen_s)
 
 
-def measure_collections(start_workers: Callable[[], Any], start_method: str, repeats: int = 3) -> CollectionTimes:
+def measure_collections(start_workers: Callable[[], Any], start_method: str,
+                        repeats: int = 3) -> CollectionTimes:
     """Time full collections alone, right after ``start_workers()`` returned an iterator with
     live workers (its first batch taken), again, and after ``gc.freeze()`` (undone at the end).
     The workers are shut down before returning."""

@@ -35,7 +35,8 @@ class Table:
         head = "".join(f"<th>{html.escape(h)}</th>" for h in self.headers)
         body = "".join("<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in row) + "</tr>"
                        for row in self.rows)
-        caption = f"<caption style='text-align:left'>{html.escape(self.caption)}</caption>" if self.caption else ""
+        caption = (f"<caption style='text-align:left'>{html.escape(self.caption)}</caption>"
+                   if self.caption else "")
         return f"<table>{caption}<tr>{head}</tr>{body}</table>"
 
 

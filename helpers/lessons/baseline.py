@@ -22,14 +22,16 @@ def two_worker_reading(tl: Timeline) -> dict[str, float]:
     """The blog's figure, read off a 2-worker run: while the loop steps on batch k, a worker
     builds batch k + 2 (the most overlapping pair is reported); and the steady cycle."""
     by_index = {b.index: b for b in tl.batches}
-    best = max(((b, by_index[b.index + 2]) for b in tl.batches if b.index + 2 in by_index),
-               key=lambda pair: min(pair[0].step_end, pair[1].fetch_end) - max(pair[0].ready, pair[1].fetch_start))
-    stepping, building = best
+    def overlap(stepping, building):
+        return min(stepping.step_end, building.fetch_end) - max(stepping.ready, building.fetch_start)
+
+    stepping, building = max(((b, by_index[b.index + 2]) for b in tl.batches if b.index + 2 in by_index),
+                             key=lambda pair: overlap(*pair))
     short, long_ = cycle(settled_intervals(tl), 2)
     return {"stepping": stepping.index, "stepping_from": stepping.ready, "stepping_to": stepping.step_end,
             "building": building.index, "building_worker": building.worker,
             "building_from": building.fetch_start, "building_to": building.fetch_end,
-            "overlap_s": min(stepping.step_end, building.fetch_end) - max(stepping.ready, building.fetch_start),
+            "overlap_s": overlap(stepping, building),
             "short_s": short, "long_s": long_}
 
 

@@ -12,7 +12,8 @@ def checks(found: list[setup_check.Check], methods: list[str] | None = None) -> 
     """Every blocking setup check must pass (the lab will not work otherwise), and every start
     method this platform offers must have been tried and started its workers."""
     methods = methods if methods is not None else mp.get_all_start_methods()
-    out = [holds(f"{c.name}: ready for the lab", c.ok, c.detail + (f" — fix: {c.fix}" if c.fix and not c.ok else ""))
+    out = [holds(f"{c.name}: ready for the lab", c.ok,
+                 c.detail + (f" — fix: {c.fix}" if c.fix and not c.ok else ""))
            for c in found if c.blocking and not c.name.startswith("workers (")]
     by_name = {c.name: c for c in found}
     for method in methods:
