@@ -153,3 +153,101 @@ def test_num_workers_checks_fail_when_collections_do_not_behave_as_taught():
                       "the first full collection after forking workers is slower (it copies shared pages)"]
     spawned = num_workers.checks(*sizing_case(start_method="spawn"))
     assert [c.passed for c in spawned][-1] is None and "forked" in spawned[-1].premise
+
+
+# -- 03 · prefetch_factor ------------------------------------------------------------------------
+def prefetch_case(ahead_depth_for=None, slow_factor=6.0, bursty_depths=(1, 4), step_s=0.02):
+    from helpers.lessons import prefetch
+
+    ahead_depth_for = ahead_depth_for or {}
+    ahead = {pf: helpers.as_timeline(helpers.simulate(16, 0.01, 0.04, 2, prefetch_factor=ahead_depth_for.get(pf, pf)),
+                                     num_workers=2) for pf in (1, 4)}
+    slow = helpers.WorkDataset(36, item_wait_s=0.016, slow_every=6, slow_factor=slow_factor)
+    loads = [0.016 * slow._factor(i) for i in range(36)]
+    bursty = {pf: helpers.as_timeline(helpers.simulate(36, loads, step_s, 2, prefetch_factor=depth), num_workers=2)
+              for pf, depth in zip((1, 4), bursty_depths, strict=True)}
+    predicted = {pf: prefetch.predicted_waiting_s(slow, step_s, 2, pf) for pf in (1, 4)}
+    return ahead, bursty, predicted, 2
+
+
+def test_prefetch_checks_pass_when_the_lesson_holds():
+    from helpers.lessons import prefetch
+
+    checks = prefetch.checks(*prefetch_case())
+    assert len(checks) == 5 and all(c.passed for c in checks), checks
+
+
+def test_prefetch_checks_fail_if_the_factor_were_a_total():
+    from helpers.lessons import prefetch
+
+    # If prefetch_factor=4 meant 4 batches in all, each of 2 workers would run 2 ahead.
+    assert failing(prefetch.checks(*prefetch_case(ahead_depth_for={4: 2}))) == [
+        "prefetch_factor=4 counts batches per worker: each fast worker ran exactly 4 ahead of the loop"]
+
+
+def test_prefetch_checks_fail_when_depth_does_not_change_the_waiting():
+    from helpers.lessons import prefetch
+
+    # both runs effectively at depth 1: no absorption, no extra memory
+    failed = failing(prefetch.checks(*prefetch_case(bursty_depths=(1, 1))))
+    assert failed == ["deeper prefetch absorbs slow samples: the loop waits less with 4 than with 1",
+                      "the price: prefetch_factor=4 held more finished batches at once than 1"]
+
+
+def test_prefetch_checks_fail_when_the_workers_are_slower_than_the_loop_on_average():
+    from helpers.lessons import prefetch
+
+    failed = failing(prefetch.checks(*prefetch_case(step_s=0.005)))
+    assert "slow samples, yet on average the workers are faster than the loop" in failed
+
+
+# -- 04 · what workers speed up ---------------------------------------------------------------------
+def cpu_case(scaling_cores=2, batch_sampler_s=0.02, train_batch_sampler_s=0.3):
+    n, y = 0.05, 0.002
+    runs = {}
+    for x in range(5):
+        # x workers share `scaling_cores` cores: each batch takes longer on the wall clock past that
+        load = n if x == 0 else n * max(1.0, x / scaling_cores)
+        runs[x] = helpers.as_timeline(helpers.simulate(24, load, y, x), num_workers=x)
+    data_paths = {"per-sample, 0 workers": 0.06, "per-sample, 2 workers": 0.18, "per-sample, 4 workers": 0.19,
+                  "__getitems__, 0 workers": 0.055, "batch sampler, 0 workers": batch_sampler_s}
+    training = {"per-sample, 0 workers": 0.38, "per-sample, 4 workers": 0.7,
+                "batch sampler, 0 workers": train_batch_sampler_s}
+    return runs, data_paths, training
+
+
+def test_limits_checks_pass_when_the_lesson_holds():
+    from helpers.lessons import limits
+
+    runs, data_paths, training = cpu_case()
+    checks = limits.checks(runs, 2, 1.97, data_paths, training)
+    assert len(checks) == 6 and all(c.passed for c in checks), checks
+
+
+def test_limits_checks_fail_if_workers_scaled_past_the_cores():
+    from helpers.lessons import limits
+
+    runs, data_paths, training = cpu_case(scaling_cores=4)  # as if 4 workers computed at once on 2 cores
+    failed = failing(limits.checks(runs, 2, 1.97, data_paths, training))
+    assert "workers beyond the cores add nothing" in failed
+    assert "CPU-bound, 4 workers: the speedup is the cores they can use, min(4, free cores)" in failed
+
+
+def test_limits_checks_fail_if_batching_did_not_beat_workers():
+    from helpers.lessons import limits
+
+    runs, data_paths, training = cpu_case(batch_sampler_s=0.1, train_batch_sampler_s=0.69)
+    assert failing(limits.checks(runs, 2, 1.97, data_paths, training)) == [
+        "in memory: one index per batch beats per-sample loading with any number of workers",
+        "training on in-memory data: a batch sampler with 0 workers beats 4 workers"]
+
+
+def test_limits_checks_report_busy_cores_and_many_cores_as_premises():
+    from helpers.lessons import limits
+
+    runs, data_paths, training = cpu_case()
+    busy = limits.checks(runs, 2, 1.1, data_paths, training)  # another program holds a core
+    assert [c.passed for c in busy[:3]] == [None, None, None] and "1.10 of 2 cores" in busy[0].premise
+    many = limits.checks(runs, 16, 15.9, data_paths, training)  # 16 cores: 4 workers never exceed them
+    assert many[3].passed is None and "16 cores" in many[3].premise
+    assert "still growing" in limits.cpu_reading(limits.speedups(runs), 16, 15.9)
