@@ -17,7 +17,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from . import config, lessons, pauses, torch_internals
+from . import config, lessons, pauses, startup, torch_internals
 from .analysis import (
     cycle,
     epoch_first_batch_gaps,
@@ -81,6 +81,7 @@ from .workers import (
     EpochEchoDataset,
     EpochSampler,
     SharedEpoch,
+    epochs_seen,
     process_memory,
     worker_memory,
 )
@@ -109,7 +110,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
-    "config", "lessons", "pauses", "torch_internals",
+    "config", "lessons", "pauses", "startup", "torch_internals",
     "MAIN_PROCESS", "HAS_IN_ORDER", "BatchRecord", "EpochRecord", "Pause", "Span", "Timeline", "record",
     "LoaderSettings", "Table", "table",
     "available_cores", "is_smoke", "results_dir", "seconds", "sized", "start_method",
@@ -120,7 +121,7 @@ __all__ = [
     "BatchTransform", "DevicePrefetcher", "SerialisedDevicePrefetcher", "ThreadPrefetcher",
     "batch_nbytes", "copy_bandwidth", "nonblocking_readback_trap", "pin_memory_warning",
     "pinned_budget_bytes", "to_device",
-    "EpochEchoDataset", "EpochSampler", "SharedEpoch", "process_memory", "worker_memory",
+    "EpochEchoDataset", "EpochSampler", "SharedEpoch", "epochs_seen", "process_memory", "worker_memory",
     "BatchedSqliteDataset", "SqliteDataset", "make_sqlite_db",
     "accelerator_name", "describe_machine", "format_shm", "free_cores", "get_device", "save_results",
     "shm_info", "torch_threads", "use_start_method",

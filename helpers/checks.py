@@ -174,3 +174,17 @@ def exceeds(claim: str, measured: float, reference: float, *, gap: float, noise:
                                         f"(± {_fmt(3 * noise, unit)})")
     ok = math.isfinite(measured) and measured >= reference + gap / 2
     return Check(claim, text, ok)
+
+
+def clearly_above(claim: str, measured: float, reference: float, *, noise: float, unit: str = "s",
+                  what: str = "") -> Check:
+    """``measured`` is above ``reference`` (no effect size is predicted): passes when above by more
+    than three times the noise (and :data:`TIMER_FLOOR_S`), fails when not above at all, and
+    reports a failed premise in between."""
+    margin = max(3 * noise, TIMER_FLOOR_S) if unit == "s" else 3 * noise
+    text = f"{_fmt(measured, unit)} vs {_fmt(reference, unit)}" + (f" ({what})" if what else "")
+    if not math.isfinite(measured) or measured <= reference:
+        return Check(claim, text, False)
+    if measured >= reference + margin:
+        return Check(claim, text, True)
+    return Check(claim, text, None, f"the difference is within this run's noise (± {_fmt(margin, unit)})")

@@ -46,8 +46,8 @@ def parse_flag(value: str | None, name: str = SMOKE_ENV) -> bool:
     if text in _FALSE:
         return False
     raise ValueError(
-        f"{name}={value!r} is not understood. Set {name}=1 for smoke mode, "
-        f"{name}=0 (or unset it) for the full workloads."
+        f"{name}={value!r} is not understood. Set {name}=1 to turn it on, "
+        f"{name}=0 (or unset it) to turn it off."
     )
 
 

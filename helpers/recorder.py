@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import collections
 import itertools
+import os
 from collections.abc import Callable, Iterator
 from time import perf_counter as clock
 from typing import Any
 
 from torch.utils.data import DataLoader
 
-from . import torch_internals
+from . import config, torch_internals
 from .hooks import MAIN_PROCESS, GcMonitor, MainProcessFetch, PrefetcherTimer, RecordingWorkerInit, Stamped
 from .settings import loader_config
 from .timeline import BatchRecord, EpochRecord, Pause, Span, Timeline
@@ -48,8 +49,12 @@ class _Unwrapped:
 
 def _progress(loader: DataLoader, epochs: int, max_batches: int | None, label: str | None):
     """A progress bar that appears only when a recording lasts more than a few seconds
-    (tqdm; ``TQDM_DISABLE=1`` turns it off, as the test targets do)."""
+    (tqdm; ``TQDM_DISABLE=1`` turns it off, as the test targets do — read here, because
+    tqdm's notebook bar does not read it)."""
     from tqdm.auto import tqdm
+
+    if config.parse_flag(os.environ.get("TQDM_DISABLE"), "TQDM_DISABLE"):
+        return None
 
     try:
         total: int | None = len(loader) * epochs

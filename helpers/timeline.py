@@ -302,6 +302,17 @@ class Timeline:
             "pauses": [asdict(p) for p in self.pauses],
         }
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Timeline:
+        """The inverse of :meth:`to_dict` (e.g. a recording made in a child process, sent as JSON)."""
+        batches = [BatchRecord(**{**b, "indices": None if b["indices"] is None else tuple(b["indices"])})
+                   for b in data["batches"]]
+        epochs = [EpochRecord(**{**e, "worker_ready": {int(k): v for k, v in e["worker_ready"].items()}})
+                  for e in data["epochs"]]
+        return cls(batches=batches, epochs=epochs, config=data["config"],
+                   spans=[Span(**s) for s in data.get("spans", [])],
+                   pauses=[Pause(**p) for p in data.get("pauses", [])])
+
     def to_chrome_trace(self, path: str | os.PathLike) -> Path:
         """Write Chrome-trace JSON (open it in https://ui.perfetto.dev or chrome://tracing).
 

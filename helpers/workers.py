@@ -131,3 +131,13 @@ def worker_memory(iterator: Any) -> list[ProcessMemory]:
         raise ValueError("this iterator has no worker processes: build the loader with num_workers >= 1 "
                          "and pass iter(loader) after it has produced a batch")
     return [process_memory(w.pid) for w in workers if w.is_alive()]
+
+
+def epochs_seen(loader: Any, before_epoch: Any, epochs: int = 3) -> list[list[int]]:
+    """Iterate ``loader`` for ``epochs`` epochs, calling ``before_epoch(e)`` first each time, and
+    return per epoch the sorted epochs its samples (from :class:`EpochEchoDataset`) reported."""
+    seen = []
+    for epoch in range(epochs):
+        before_epoch(epoch)
+        seen.append(sorted({int(e) for batch in loader for e in batch["epoch"]}))
+    return seen

@@ -251,3 +251,70 @@ def test_limits_checks_report_busy_cores_and_many_cores_as_premises():
     many = limits.checks(runs, 16, 15.9, data_paths, training)  # 16 cores: 4 workers never exceed them
     assert many[3].passed is None and "16 cores" in many[3].premise
     assert "still growing" in limits.cpu_reading(limits.speedups(runs), 16, 15.9)
+
+
+# -- 05 · worker start-up ---------------------------------------------------------------------------
+def epochs_timeline(startups, load=0.02, step=0.01, items=6, workers=2, shutdown=0.0, first_gap=None):
+    """Several epochs of a simulated loader, laid end to end: epoch e's workers are ready after
+    startups[e] (0 = persistent workers already running), each epoch ends `shutdown` after its
+    last step."""
+    batches, epochs, offset = [], [], 0.0
+    for e, startup in enumerate(startups):
+        plan = helpers.simulate(items, load, step, workers, startup_s=startup)
+        tl = helpers.as_timeline(plan, num_workers=workers)
+        shift = offset
+        for b in tl.batches:
+            batches.append(type(b)(**{**b.__dict__, "epoch": e, "fetch_start": b.fetch_start + shift,
+                                      "fetch_end": b.fetch_end + shift, "wait_start": b.wait_start + shift,
+                                      "ready": b.ready + shift, "step_end": b.step_end + shift}))
+        end = shift + plan[-1].step_end + shutdown
+        ready = {w: shift + startup for w in range(workers)} if startup > 0 else {}
+        epochs.append(helpers.EpochRecord(epoch=e, iter_start=shift, iter_end=shift, first_ready=shift + plan[0].ready,
+                                          end=end, worker_ready=ready))
+        offset = end
+    return helpers.Timeline(batches=batches, epochs=epochs, config={"num_workers": workers})
+
+
+def startup_case(preload_later=0.03, persistent_gap_extra=0.0, spawn_uss=0.56, fork_uss=0.02,
+                 stale_persistent=((0,), (0,), (0,))):
+    from helpers.workers import ProcessMemory
+
+    children = {"fork": epochs_timeline([0.05, 0.03]), "spawn": epochs_timeline([2.2, 1.4]),
+                "forkserver": epochs_timeline([1.7, 1.5]), "forkserver + preload": epochs_timeline([1.3, preload_later])}
+    runs = {}
+    for method, startup in (("fork", 0.04), ("spawn", 1.3)):
+        runs[method, False] = epochs_timeline([startup] * 4, shutdown=0.02 if method == "fork" else 0.4)
+        runs[method, True] = epochs_timeline([startup] + [0.0] * 3)
+        if persistent_gap_extra:
+            runs[method, True] = epochs_timeline([startup] + [persistent_gap_extra] * 3)
+    stale = {"attribute, fresh": [[0], [1], [2]], "attribute, persistent": [list(e) for e in stale_persistent],
+             "fix 1: sampler": [[0], [1], [2]], "fix 2: shared value": [[0], [1], [2]]}
+    memory = {"fork": [ProcessMemory(1, 100, int(100 * fork_uss))] * 2,
+              "spawn": [ProcessMemory(2, 100, int(100 * spawn_uss))] * 2}
+    return children, runs, 0.02, stale, memory
+
+
+def test_startup_checks_pass_when_the_lesson_holds():
+    from helpers.lessons import startup
+
+    checks = startup.checks(*startup_case())
+    assert len(checks) == 15 and all(c.passed for c in checks), [c for c in checks if not c.passed]
+
+
+def test_startup_checks_fail_when_preload_or_persistence_do_not_help():
+    from helpers.lessons import startup
+
+    failed = failing(startup.checks(*startup_case(preload_later=1.5, persistent_gap_extra=1.3)))
+    assert "forkserver with set_forkserver_preload(['torch']): later workers start at fork speed" in failed
+    assert "spawn: persistent workers spare every later epoch its workers' start-up" in failed
+    assert "spawn: even with persistent workers a later epoch's first batch costs one batch load" in failed
+
+
+def test_startup_checks_fail_when_state_or_memory_behave_otherwise():
+    from helpers.lessons import startup
+
+    failed = failing(startup.checks(*startup_case(stale_persistent=((0,), (1,), (2,)), fork_uss=0.9,
+                                                  spawn_uss=0.1)))
+    assert failed == ["the pitfall is real: an attribute set between epochs never reaches persistent workers",
+                      "an idle forked worker's own memory (USS) is a small part of its RSS",
+                      "an idle spawned worker's memory is mostly its own"]
