@@ -274,7 +274,7 @@ def plot_bandwidth(timings: Sequence, ax: Axes | None = None) -> Axes:
     ax.plot(sizes, [t.pinned_gbps for t in timings], marker="s", color=COLORS["pin"],
             label="pinned: t.to(dev)")
     ax.plot(sizes, [t.pin_then_copy_gbps for t in timings], marker="^", linestyle="--",
-            label="t.pin_memory().to(dev, non_blocking=True)")
+            label="t.pin_memory().to(dev, non_blocking=True) (into a cached pinned block)")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("copy size (MiB)")
     ax.set_ylabel("host → device (GB/s)")

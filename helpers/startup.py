@@ -18,22 +18,45 @@ from pathlib import Path
 from .timeline import Timeline
 
 
-def record_in_child(start_method: str, *, preload: list[str] | None = None, workers: int = 2, epochs: int = 2,
-                    items: int = 4, item_wait_s: float = 0.05, timeout_s: float = 240) -> Timeline:
+def record_in_child(
+    start_method: str,
+    *,
+    preload: list[str] | None = None,
+    workers: int = 2,
+    epochs: int = 2,
+    items: int = 4,
+    item_wait_s: float = 0.05,
+    timeout_s: float = 240,
+) -> Timeline:
     """Record ``epochs`` epochs (fresh workers each: no persistence) of ``workers`` workers started
     with ``start_method``, in a fresh Python process (``preload``: modules the forkserver's server
     imports once, when it starts, so that the workers it forks already have them)."""
-    command = [sys.executable, "-m", "helpers.startup", start_method, "--workers", str(workers),
-               "--epochs", str(epochs), "--items", str(items), "--item-wait-s", str(item_wait_s)]
+    command = [
+        sys.executable,
+        "-m",
+        "helpers.startup",
+        start_method,
+        "--workers",
+        str(workers),
+        "--epochs",
+        str(epochs),
+        "--items",
+        str(items),
+        "--item-wait-s",
+        str(item_wait_s),
+    ]
     if preload:
         command += ["--preload", ",".join(preload)]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s,
-                          cwd=Path(__file__).resolve().parent.parent)
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=timeout_s, cwd=Path(__file__).resolve().parent.parent
+    )
     for line in done.stdout.splitlines():
         if line.startswith("RESULT "):
-            return Timeline.from_dict(json.loads(line[len("RESULT "):]))
-    raise RuntimeError(f"the start-up measurement in a child process failed (exit status {done.returncode}):\n"
-                       + (done.stderr or done.stdout)[-2000:])
+            return Timeline.from_dict(json.loads(line[len("RESULT ") :]))
+    raise RuntimeError(
+        f"the start-up measurement in a child process failed (exit status {done.returncode}):\n"
+        + (done.stderr or done.stdout)[-2000:]
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,8 +80,12 @@ def main(argv: list[str] | None = None) -> int:
     context = mp.get_context(options.start_method)
     if options.preload:
         context.set_forkserver_preload(options.preload.split(","))
-    loader = DataLoader(WorkDataset(options.items, item_wait_s=options.item_wait_s), batch_size=1,
-                        num_workers=options.workers, multiprocessing_context=context)
+    loader = DataLoader(
+        WorkDataset(options.items, item_wait_s=options.item_wait_s),
+        batch_size=1,
+        num_workers=options.workers,
+        multiprocessing_context=context,
+    )
     timeline = record(loader, ModelledStep(options.item_wait_s / 2), epochs=options.epochs, progress=False)
     print("RESULT " + json.dumps(timeline.to_dict()), flush=True)
     return 0

@@ -18,8 +18,10 @@ def simulated_runs(batch_load_s=N, step_s=Y, main_s=0.0, first_load_s=None, coun
         loads = [batch_load_s] * items
         if first_load_s is not None and x > 0:
             loads[0] = first_load_s(x)
-        runs[x] = helpers.as_timeline(helpers.simulate(items, loads, step_s, x, startup_s=0.01 if x else 0.0,
-                                                       main_s=main_s), num_workers=x)
+        runs[x] = helpers.as_timeline(
+            helpers.simulate(items, loads, step_s, x, startup_s=0.01 if x else 0.0, main_s=main_s),
+            num_workers=x,
+        )
     return runs
 
 
@@ -102,16 +104,22 @@ def test_setup_checks_fail_on_a_wrong_torch_and_a_start_method_that_did_not_star
     from helpers import setup_check
     from helpers.lessons import setup
 
-    good = [setup_check.Check("torch", True, "2.14.1 (lab pins 2.14.1)"),
-            setup_check.Check("workers (fork)", True, "2 workers started"),
-            setup_check.Check("/dev/shm", False, "64 MiB", "use --shm-size=2g", blocking=False)]
+    good = [
+        setup_check.Check("torch", True, "2.14.1 (lab pins 2.14.1)"),
+        setup_check.Check("workers (fork)", True, "2 workers started"),
+        setup_check.Check("/dev/shm", False, "64 MiB", "use --shm-size=2g", blocking=False),
+    ]
     assert failing(setup.checks(good, ["fork"])) == []
     assert setup.advisories(good) == ["/dev/shm: 64 MiB. use --shm-size=2g"]
-    bad = [setup_check.Check("torch", False, "2.9.0 (lab pins 2.14.1)", "run `make lab`"),
-           setup_check.Check("workers (fork)", False, "PicklingError: ...")]
+    bad = [
+        setup_check.Check("torch", False, "2.9.0 (lab pins 2.14.1)", "run `make lab`"),
+        setup_check.Check("workers (fork)", False, "PicklingError: ..."),
+    ]
     assert failing(setup.checks(bad, ["fork", "spawn"])) == [
-        "torch: ready for the lab", "workers start under fork and name themselves correctly",
-        "workers start under spawn and name themselves correctly"]
+        "torch: ready for the lab",
+        "workers start under fork and name themselves correctly",
+        "workers start under spawn and name themselves correctly",
+    ]
 
 
 # -- 02 · how many workers ----------------------------------------------------------------------
@@ -121,8 +129,13 @@ def sizing_case(load_for=None, after_start_s=0.5, frozen_s=0.0, start_method="fo
 
     cal = Calibration(n=0.14, y=0.05, m=0.002, in_worker=0.0, in_pipe=0.0, unpickle=0.002, iterator=0.0)
     load_for = load_for or {}
-    verify = {w: helpers.as_timeline(helpers.simulate(24, load_for.get(w, cal.n), cal.y, w, startup_s=0.01,
-                                                      main_s=cal.m), num_workers=w) for w in (2, 3)}
+    verify = {
+        w: helpers.as_timeline(
+            helpers.simulate(24, load_for.get(w, cal.n), cal.y, w, startup_s=0.01, main_s=cal.m),
+            num_workers=w,
+        )
+        for w in (2, 3)
+    }
     collections = CollectionTimes(400_000, [0.2, 0.21, 0.2], after_start_s, 0.2, [frozen_s] * 3, start_method)
     return cal, verify, collections
 
@@ -140,17 +153,21 @@ def test_num_workers_checks_fail_when_the_rule_is_wrong_for_the_loader():
 
     # The recommended 3 workers are too few (batches cost 0.2 s), and 2 already keep up at 0.1 s.
     failed = failing(num_workers.checks(*sizing_case(load_for={3: 0.2, 2: 0.1})))
-    assert failed == ["with the recommended 3 workers the loop steps at y + m",
-                      "with 2 the loop waits: its time per batch is above y + m",
-                      "the model max(n/x, y + m) predicts the time per batch with 2 workers"]
+    assert failed == [
+        "with the recommended 3 workers the loop steps at y + m",
+        "with 2 the loop waits: its time per batch is above y + m",
+        "the model max(n/x, y + m) predicts the time per batch with 2 workers",
+    ]
 
 
 def test_num_workers_checks_fail_when_collections_do_not_behave_as_taught():
     from helpers.lessons import num_workers
 
     failed = failing(num_workers.checks(*sizing_case(after_start_s=0.2, frozen_s=0.2)))
-    assert failed == ["gc.freeze() makes a full collection at least 5× shorter",
-                      "the first full collection after forking workers is slower (it copies shared pages)"]
+    assert failed == [
+        "gc.freeze() makes a full collection at least 5× shorter",
+        "the first full collection after forking workers is slower (it copies shared pages)",
+    ]
     spawned = num_workers.checks(*sizing_case(start_method="spawn"))
     assert [c.passed for c in spawned][-1] is None and "forked" in spawned[-1].premise
 
@@ -160,12 +177,18 @@ def prefetch_case(ahead_depth_for=None, slow_factor=6.0, bursty_depths=(1, 4), s
     from helpers.lessons import prefetch
 
     ahead_depth_for = ahead_depth_for or {}
-    ahead = {pf: helpers.as_timeline(helpers.simulate(16, 0.01, 0.04, 2, prefetch_factor=ahead_depth_for.get(pf, pf)),
-                                     num_workers=2) for pf in (1, 4)}
+    ahead = {
+        pf: helpers.as_timeline(
+            helpers.simulate(16, 0.01, 0.04, 2, prefetch_factor=ahead_depth_for.get(pf, pf)), num_workers=2
+        )
+        for pf in (1, 4)
+    }
     slow = helpers.WorkDataset(36, item_wait_s=0.016, slow_every=6, slow_factor=slow_factor)
     loads = [0.016 * slow._factor(i) for i in range(36)]
-    bursty = {pf: helpers.as_timeline(helpers.simulate(36, loads, step_s, 2, prefetch_factor=depth), num_workers=2)
-              for pf, depth in zip((1, 4), bursty_depths, strict=True)}
+    bursty = {
+        pf: helpers.as_timeline(helpers.simulate(36, loads, step_s, 2, prefetch_factor=depth), num_workers=2)
+        for pf, depth in zip((1, 4), bursty_depths, strict=True)
+    }
     predicted = {pf: prefetch.predicted_waiting_s(slow, step_s, 2, pf) for pf in (1, 4)}
     return ahead, bursty, predicted, 2
 
@@ -182,7 +205,8 @@ def test_prefetch_checks_fail_if_the_factor_were_a_total():
 
     # If prefetch_factor=4 meant 4 batches in all, each of 2 workers would run 2 ahead.
     assert failing(prefetch.checks(*prefetch_case(ahead_depth_for={4: 2}))) == [
-        "prefetch_factor=4 counts batches per worker: each fast worker ran exactly 4 ahead of the loop"]
+        "prefetch_factor=4 counts batches per worker: each fast worker ran exactly 4 ahead of the loop"
+    ]
 
 
 def test_prefetch_checks_fail_when_depth_does_not_change_the_waiting():
@@ -190,8 +214,10 @@ def test_prefetch_checks_fail_when_depth_does_not_change_the_waiting():
 
     # both runs effectively at depth 1: no absorption, no extra memory
     failed = failing(prefetch.checks(*prefetch_case(bursty_depths=(1, 1))))
-    assert failed == ["deeper prefetch absorbs slow samples: the loop waits less with 4 than with 1",
-                      "the price: prefetch_factor=4 held more finished batches at once than 1"]
+    assert failed == [
+        "deeper prefetch absorbs slow samples: the loop waits less with 4 than with 1",
+        "the price: prefetch_factor=4 held more finished batches at once than 1",
+    ]
 
 
 def test_prefetch_checks_fail_when_the_workers_are_slower_than_the_loop_on_average():
@@ -209,10 +235,18 @@ def cpu_case(scaling_cores=2, batch_sampler_s=0.02, train_batch_sampler_s=0.3):
         # x workers share `scaling_cores` cores: each batch takes longer on the wall clock past that
         load = n if x == 0 else n * max(1.0, x / scaling_cores)
         runs[x] = helpers.as_timeline(helpers.simulate(24, load, y, x), num_workers=x)
-    data_paths = {"per-sample, 0 workers": 0.06, "per-sample, 2 workers": 0.18, "per-sample, 4 workers": 0.19,
-                  "__getitems__, 0 workers": 0.055, "batch sampler, 0 workers": batch_sampler_s}
-    training = {"per-sample, 0 workers": 0.38, "per-sample, 4 workers": 0.7,
-                "batch sampler, 0 workers": train_batch_sampler_s}
+    data_paths = {
+        "per-sample, 0 workers": 0.06,
+        "per-sample, 2 workers": 0.18,
+        "per-sample, 4 workers": 0.19,
+        "__getitems__, 0 workers": 0.055,
+        "batch sampler, 0 workers": batch_sampler_s,
+    }
+    training = {
+        "per-sample, 0 workers": 0.38,
+        "per-sample, 4 workers": 0.7,
+        "batch sampler, 0 workers": train_batch_sampler_s,
+    }
     return runs, data_paths, training
 
 
@@ -239,7 +273,8 @@ def test_limits_checks_fail_if_batching_did_not_beat_workers():
     runs, data_paths, training = cpu_case(batch_sampler_s=0.1, train_batch_sampler_s=0.69)
     assert failing(limits.checks(runs, 2, 1.97, data_paths, training)) == [
         "in memory: one index per batch beats per-sample loading with any number of workers",
-        "training on in-memory data: a batch sampler with 0 workers beats 4 workers"]
+        "training on in-memory data: a batch sampler with 0 workers beats 4 workers",
+    ]
 
 
 def test_limits_checks_report_busy_cores_and_many_cores_as_premises():
@@ -264,33 +299,66 @@ def epochs_timeline(startups, load=0.02, step=0.01, items=6, workers=2, shutdown
         tl = helpers.as_timeline(plan, num_workers=workers)
         shift = offset
         for b in tl.batches:
-            batches.append(type(b)(**{**b.__dict__, "epoch": e, "fetch_start": b.fetch_start + shift,
-                                      "fetch_end": b.fetch_end + shift, "wait_start": b.wait_start + shift,
-                                      "ready": b.ready + shift, "step_end": b.step_end + shift}))
+            batches.append(
+                type(b)(
+                    **{
+                        **b.__dict__,
+                        "epoch": e,
+                        "fetch_start": b.fetch_start + shift,
+                        "fetch_end": b.fetch_end + shift,
+                        "wait_start": b.wait_start + shift,
+                        "ready": b.ready + shift,
+                        "step_end": b.step_end + shift,
+                    }
+                )
+            )
         end = shift + plan[-1].step_end + shutdown
         ready = {w: shift + startup for w in range(workers)} if startup > 0 else {}
-        epochs.append(helpers.EpochRecord(epoch=e, iter_start=shift, iter_end=shift, first_ready=shift + plan[0].ready,
-                                          end=end, worker_ready=ready))
+        epochs.append(
+            helpers.EpochRecord(
+                epoch=e,
+                iter_start=shift,
+                iter_end=shift,
+                first_ready=shift + plan[0].ready,
+                end=end,
+                worker_ready=ready,
+            )
+        )
         offset = end
     return helpers.Timeline(batches=batches, epochs=epochs, config={"num_workers": workers})
 
 
-def startup_case(preload_later=0.03, persistent_gap_extra=0.0, spawn_uss=0.56, fork_uss=0.02,
-                 stale_persistent=((0,), (0,), (0,))):
+def startup_case(
+    preload_later=0.03,
+    persistent_gap_extra=0.0,
+    spawn_uss=0.56,
+    fork_uss=0.02,
+    stale_persistent=((0,), (0,), (0,)),
+):
     from helpers.workers import ProcessMemory
 
-    children = {"fork": epochs_timeline([0.05, 0.03]), "spawn": epochs_timeline([2.2, 1.4]),
-                "forkserver": epochs_timeline([1.7, 1.5]), "forkserver + preload": epochs_timeline([1.3, preload_later])}
+    children = {
+        "fork": epochs_timeline([0.05, 0.03]),
+        "spawn": epochs_timeline([2.2, 1.4]),
+        "forkserver": epochs_timeline([1.7, 1.5]),
+        "forkserver + preload": epochs_timeline([1.3, preload_later]),
+    }
     runs = {}
     for method, startup in (("fork", 0.04), ("spawn", 1.3)):
         runs[method, False] = epochs_timeline([startup] * 4, shutdown=0.02 if method == "fork" else 0.4)
         runs[method, True] = epochs_timeline([startup] + [0.0] * 3)
         if persistent_gap_extra:
             runs[method, True] = epochs_timeline([startup] + [persistent_gap_extra] * 3)
-    stale = {"attribute, fresh": [[0], [1], [2]], "attribute, persistent": [list(e) for e in stale_persistent],
-             "fix 1: sampler": [[0], [1], [2]], "fix 2: shared value": [[0], [1], [2]]}
-    memory = {"fork": [ProcessMemory(1, 100, int(100 * fork_uss))] * 2,
-              "spawn": [ProcessMemory(2, 100, int(100 * spawn_uss))] * 2}
+    stale = {
+        "attribute, fresh": [[0], [1], [2]],
+        "attribute, persistent": [list(e) for e in stale_persistent],
+        "fix 1: sampler": [[0], [1], [2]],
+        "fix 2: shared value": [[0], [1], [2]],
+    }
+    memory = {
+        "fork": [ProcessMemory(1, 100, int(100 * fork_uss))] * 2,
+        "spawn": [ProcessMemory(2, 100, int(100 * spawn_uss))] * 2,
+    }
     return children, runs, 0.02, stale, memory
 
 
@@ -313,8 +381,11 @@ def test_startup_checks_fail_when_preload_or_persistence_do_not_help():
 def test_startup_checks_fail_when_state_or_memory_behave_otherwise():
     from helpers.lessons import startup
 
-    failed = failing(startup.checks(*startup_case(stale_persistent=((0,), (1,), (2,)), fork_uss=0.9,
-                                                  spawn_uss=0.1)))
-    assert failed == ["the pitfall is real: an attribute set between epochs never reaches persistent workers",
-                      "an idle forked worker's own memory (USS) is a small part of its RSS",
-                      "an idle spawned worker's memory is mostly its own"]
+    failed = failing(
+        startup.checks(*startup_case(stale_persistent=((0,), (1,), (2,)), fork_uss=0.9, spawn_uss=0.1))
+    )
+    assert failed == [
+        "the pitfall is real: an attribute set between epochs never reaches persistent workers",
+        "an idle forked worker's own memory (USS) is a small part of its RSS",
+        "an idle spawned worker's memory is mostly its own",
+    ]

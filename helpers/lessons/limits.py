@@ -18,15 +18,24 @@ def cpu_reading(speedup: dict[int, float], cores: int, cores_free: float) -> str
     """One sentence on where the CPU-bound speedup stopped, on this machine."""
     most = max(speedup)
     if most > cores:
-        return (f"The speedup reached {max(speedup.values()):.2f}× and stopped growing past {cores} workers: the "
-                f"extra workers share the same cores (the fetch bars of {most} workers are longer on the wall "
-                f"clock). {cores_free:.2f} cores' worth of CPU were free for busy processes during these runs.")
-    return (f"With {most} workers the speedup was {speedup[most]:.2f}× and still growing: this machine has "
-            f"{cores} cores, more than the workers tried here, so the ceiling is further out.")
+        return (
+            f"The speedup reached {max(speedup.values()):.2f}× and stopped growing past {cores} workers: the "
+            f"extra workers share the same cores (the fetch bars of {most} workers are longer on the wall "
+            f"clock). {cores_free:.2f} cores' worth of CPU were free for busy processes during these runs."
+        )
+    return (
+        f"With {most} workers the speedup was {speedup[most]:.2f}× and still growing: this machine has "
+        f"{cores} cores, more than the workers tried here, so the ceiling is further out."
+    )
 
 
-def checks(cpu_runs: dict[int, Timeline], cores: int, cores_free: float,
-           data_paths: dict[str, float], training: dict[str, float]) -> list[Check]:
+def checks(
+    cpu_runs: dict[int, Timeline],
+    cores: int,
+    cores_free: float,
+    data_paths: dict[str, float],
+    training: dict[str, float],
+) -> list[Check]:
     """``cpu_runs``: CPU-bound items, 0.. workers. ``data_paths``/``training``: wall seconds of one
     epoch per configuration (keys as in the notebook)."""
     speedup = speedups(cpu_runs)
@@ -37,26 +46,51 @@ def checks(cpu_runs: dict[int, Timeline], cores: int, cores_free: float,
         claim = f"CPU-bound, {x} workers: the speedup is the cores they can use, min({x}, free cores)"
         expected = min(x, cores_free)
         if cores_free < min(x, cores) - 0.3:
-            out.append(premise_failed(claim, f"{speedup[x]:.2f}×",
-                                      f"only {cores_free:.2f} of {cores} cores were free for busy processes"))
+            out.append(
+                premise_failed(
+                    claim,
+                    f"{speedup[x]:.2f}×",
+                    f"only {cores_free:.2f} of {cores} cores were free for busy processes",
+                )
+            )
         else:
             out.append(near(claim, speedup[x], expected, rel=0.25, unit="×"))
     most = max(speedup)
     claim = "workers beyond the cores add nothing"
     if most <= cores:
-        out.append(premise_failed(claim, f"{speedup[most]:.2f}× with {most} workers",
-                                  f"this machine has {cores} cores: no more workers than cores were tried"))
+        out.append(
+            premise_failed(
+                claim,
+                f"{speedup[most]:.2f}× with {most} workers",
+                f"this machine has {cores} cores: no more workers than cores were tried",
+            )
+        )
     else:
-        out.append(at_most(claim, speedup[most], 1.25 * min(cores, cores_free), unit="×",
-                           what="1.25 × the cores free"))
+        out.append(
+            at_most(
+                claim, speedup[most], 1.25 * min(cores, cores_free), unit="×", what="1.25 × the cores free"
+            )
+        )
     batched = data_paths["batch sampler, 0 workers"]
     best_per_sample = min(v for k, v in data_paths.items() if k.startswith("per-sample"))
-    out.append(at_most("in memory: one index per batch beats per-sample loading with any number of workers",
-                       batched / best_per_sample, 0.75, unit="×",
-                       what="batch sampler ÷ the best per-sample run"))
-    out.append(at_most("training on in-memory data: a batch sampler with 0 workers beats 4 workers",
-                       training["batch sampler, 0 workers"] / training["per-sample, 4 workers"], 0.75, unit="×",
-                       what="wall time ratio"))
+    out.append(
+        at_most(
+            "in memory: one index per batch beats per-sample loading with any number of workers",
+            batched / best_per_sample,
+            0.75,
+            unit="×",
+            what="batch sampler ÷ the best per-sample run",
+        )
+    )
+    out.append(
+        at_most(
+            "training on in-memory data: a batch sampler with 0 workers beats 4 workers",
+            training["batch sampler, 0 workers"] / training["per-sample, 4 workers"],
+            0.75,
+            unit="×",
+            what="wall time ratio",
+        )
+    )
     return out
 
 
@@ -79,15 +113,20 @@ def on_device_epochs(dataset, device, batch_size: int = 300) -> dict[str, float]
         torch.cuda.synchronize(device)
         start = time.perf_counter()
         for i in range(0, len(inputs), batch_size):
-            chosen = order[i:i + batch_size]
+            chosen = order[i : i + batch_size]
             step((inputs[chosen], labels[chosen]))
         step.losses()  # one sync at most
         torch.cuda.synchronize(device)
         return time.perf_counter() - start
 
     epoch(True)  # warm-up: CUDA context, kernels
-    through_loader = record(DataLoader(dataset, batch_size=batch_size, shuffle=True),
-                            TrainStep(ForumMLP(), device, lr=0.005, momentum=0.9), progress=False).wall_s
-    return {"through the DataLoader (0 workers)": through_loader,
-            "data on the device, loss.item() every step": epoch(True),
-            "data on the device, losses read once": epoch(False)}
+    through_loader = record(
+        DataLoader(dataset, batch_size=batch_size, shuffle=True),
+        TrainStep(ForumMLP(), device, lr=0.005, momentum=0.9),
+        progress=False,
+    ).wall_s
+    return {
+        "through the DataLoader (0 workers)": through_loader,
+        "data on the device, loss.item() every step": epoch(True),
+        "data on the device, losses read once": epoch(False),
+    }

@@ -6,7 +6,17 @@ from __future__ import annotations
 import statistics
 
 from ..analysis import epoch_first_batch_gaps, shutdown_gaps
-from ..checks import Check, at_least, at_most, clearly_above, exceeds, holds, near, premise_failed, timing_noise_s
+from ..checks import (
+    Check,
+    at_least,
+    at_most,
+    clearly_above,
+    exceeds,
+    holds,
+    near,
+    premise_failed,
+    timing_noise_s,
+)
 from ..timeline import Timeline
 from ..workers import ProcessMemory
 
@@ -23,13 +33,26 @@ def mean(values) -> float:
 
 def epoch_table(runs: dict[tuple[str, bool], Timeline]) -> list[list[str]]:
     """Rows for the persistence table: method, persistent, first epoch, later epochs, shutdown, wall."""
-    return [[m, "yes" if p else "no", f"{tl.summary()['first_batch_s']:.2f}",
-             " · ".join(f"{g:.2f}" for g in epoch_first_batch_gaps(tl)), f"{mean(shutdown_gaps(tl)):.3f}",
-             f"{tl.wall_s:.2f}"] for (m, p), tl in runs.items()]
+    return [
+        [
+            m,
+            "yes" if p else "no",
+            f"{tl.summary()['first_batch_s']:.2f}",
+            " · ".join(f"{g:.2f}" for g in epoch_first_batch_gaps(tl)),
+            f"{mean(shutdown_gaps(tl)):.3f}",
+            f"{tl.wall_s:.2f}",
+        ]
+        for (m, p), tl in runs.items()
+    ]
 
 
-def checks(children: dict[str, Timeline], runs: dict[tuple[str, bool], Timeline], batch_load_s: float,
-           stale: dict[str, list[list[int]]], memory: dict[str, list[ProcessMemory]]) -> list[Check]:
+def checks(
+    children: dict[str, Timeline],
+    runs: dict[tuple[str, bool], Timeline],
+    batch_load_s: float,
+    stale: dict[str, list[list[int]]],
+    memory: dict[str, list[ProcessMemory]],
+) -> list[Check]:
     """``children``: start-up per start method in fresh processes ("forkserver + preload" too);
     ``runs``: (method, persistent) -> several epochs; ``stale``: epochs the workers saw, per way of
     setting the epoch; ``memory``: idle workers per start method."""
@@ -38,15 +61,39 @@ def checks(children: dict[str, Timeline], runs: dict[tuple[str, bool], Timeline]
     if "fork" in first:
         for method in ("spawn", "forkserver"):
             if method in first:
-                out.append(at_least(f"{method} workers take far longer to start than fork workers (they import "
-                                    "torch themselves)", first[method] / max(first["fork"], 1e-3), 5.0, unit="×",
-                                    what=f"{first[method]:.2f} s vs {first['fork']:.2f} s"))
+                out.append(
+                    at_least(
+                        f"{method} workers take far longer to start than fork workers (they import "
+                        "torch themselves)",
+                        first[method] / max(first["fork"], 1e-3),
+                        5.0,
+                        unit="×",
+                        what=f"{first[method]:.2f} s vs {first['fork']:.2f} s",
+                    )
+                )
     if {"forkserver", "forkserver + preload"} <= set(children):
-        plain, preloaded = startup_by_epoch(children["forkserver"]), startup_by_epoch(children["forkserver + preload"])
-        out.append(at_least("forkserver without preload: every new set of workers imports torch again",
-                            plain[-1] / plain[0], 0.5, unit="×", what="a later epoch's start-up ÷ the first's"))
-        out.append(at_most("forkserver with set_forkserver_preload(['torch']): later workers start at fork speed",
-                           preloaded[-1] / plain[-1], 0.2, unit="×", what="later epoch, preload ÷ no preload"))
+        plain, preloaded = (
+            startup_by_epoch(children["forkserver"]),
+            startup_by_epoch(children["forkserver + preload"]),
+        )
+        out.append(
+            at_least(
+                "forkserver without preload: every new set of workers imports torch again",
+                plain[-1] / plain[0],
+                0.5,
+                unit="×",
+                what="a later epoch's start-up ÷ the first's",
+            )
+        )
+        out.append(
+            at_most(
+                "forkserver with set_forkserver_preload(['torch']): later workers start at fork speed",
+                preloaded[-1] / plain[-1],
+                0.2,
+                unit="×",
+                what="later epoch, preload ÷ no preload",
+            )
+        )
     noise = timing_noise_s([b.step_s for tl in runs.values() for b in tl.batches])
     for (method, persistent), tl in runs.items():
         if persistent:
@@ -55,26 +102,57 @@ def checks(children: dict[str, Timeline], runs: dict[tuple[str, bool], Timeline]
         if kept is None:
             continue
         saved = mean(startup_by_epoch(tl)[1:])
-        out.append(exceeds(f"{method}: persistent workers spare every later epoch its workers' start-up",
-                           mean(epoch_first_batch_gaps(tl)), mean(epoch_first_batch_gaps(kept)), gap=saved,
-                           noise=noise, what="a later epoch's first batch, without vs with"))
-        out.append(near(f"{method}: even with persistent workers a later epoch's first batch costs one batch load",
-                        mean(epoch_first_batch_gaps(kept)), batch_load_s, rel=0.5, noise_s=noise))
-        out.append(clearly_above(f"{method}: without persistence, the epoch's last next() shuts the workers down",
-                                 mean(shutdown_gaps(tl)), mean(shutdown_gaps(kept)), noise=noise,
-                                 what="the last next(), without vs with"))
+        out.append(
+            exceeds(
+                f"{method}: persistent workers spare every later epoch its workers' start-up",
+                mean(epoch_first_batch_gaps(tl)),
+                mean(epoch_first_batch_gaps(kept)),
+                gap=saved,
+                noise=noise,
+                what="a later epoch's first batch, without vs with",
+            )
+        )
+        out.append(
+            near(
+                f"{method}: even with persistent workers a later epoch's first batch costs one batch load",
+                mean(epoch_first_batch_gaps(kept)),
+                batch_load_s,
+                rel=0.5,
+                noise_s=noise,
+            )
+        )
+        out.append(
+            clearly_above(
+                f"{method}: without persistence, the epoch's last next() shuts the workers down",
+                mean(shutdown_gaps(tl)),
+                mean(shutdown_gaps(kept)),
+                noise=noise,
+                what="the last next(), without vs with",
+            )
+        )
     expected = [[e] for e in range(len(stale["fix 1: sampler"]))]
-    out.append(holds("the pitfall is real: an attribute set between epochs never reaches persistent workers",
-                     stale["attribute, persistent"] == [[0]] * len(expected) and stale["attribute, fresh"] == expected,
-                     f"persistent: {stale['attribute, persistent']}, fresh each epoch: {stale['attribute, fresh']}"))
+    out.append(
+        holds(
+            "the pitfall is real: an attribute set between epochs never reaches persistent workers",
+            stale["attribute, persistent"] == [[0]] * len(expected) and stale["attribute, fresh"] == expected,
+            f"persistent: {stale['attribute, persistent']}, fresh each epoch: {stale['attribute, fresh']}",
+        )
+    )
     for fix in ("fix 1: sampler", "fix 2: shared value"):
-        out.append(holds(f"{fix} reaches persistent workers every epoch", stale[fix] == expected, str(stale[fix])))
-    for method, claim, low in (("fork", "an idle forked worker's own memory (USS) is a small part of its RSS", True),
-                               ("spawn", "an idle spawned worker's memory is mostly its own", False)):
+        out.append(
+            holds(f"{fix} reaches persistent workers every epoch", stale[fix] == expected, str(stale[fix]))
+        )
+    for method, claim, low in (
+        ("fork", "an idle forked worker's own memory (USS) is a small part of its RSS", True),
+        ("spawn", "an idle spawned worker's memory is mostly its own", False),
+    ):
         if method not in memory:
             out.append(premise_failed(claim, "", f"{method} is not available on this platform"))
             continue
         share = mean(w.uss / w.rss for w in memory[method])
-        out.append(at_most(claim, share, 0.5, unit="%", what="USS ÷ RSS") if low else
-                   at_least(claim, share, 0.5, unit="%", what="USS ÷ RSS"))
+        out.append(
+            at_most(claim, share, 0.5, unit="%", what="USS ÷ RSS")
+            if low
+            else at_least(claim, share, 0.5, unit="%", what="USS ÷ RSS")
+        )
     return out
