@@ -389,3 +389,95 @@ def test_startup_checks_fail_when_state_or_memory_behave_otherwise():
         "an idle forked worker's own memory (USS) is a small part of its RSS",
         "an idle spawned worker's memory is mostly its own",
     ]
+
+
+# -- 06 · pinned memory ----------------------------------------------------------------------------------
+def pinned_run(pinned):
+    tl = helpers.as_timeline(helpers.simulate(4, 0.01, 0.01, 2), num_workers=2)
+    if pinned:
+        tl.batches[:] = [
+            type(b)(**{**b.__dict__, "pin_start": b.fetch_end, "pin_end": b.fetch_end}) for b in tl.batches
+        ]
+    return tl
+
+
+def test_pinned_checks_on_a_cpu_test_the_warning_and_report_gpu_claims_untested():
+    from helpers.lessons import pinned
+
+    checks = pinned.checks(pinned_run(False), "no accelerator is found", has_cuda=False)
+    assert checks[0].passed and [c.passed for c in checks[1:]] == [None] * 4
+    assert failing(pinned.checks(pinned_run(False), None, has_cuda=False)) == [
+        "without an accelerator pin_memory=True pins nothing, and PyTorch says so"
+    ]
+
+
+def test_pinned_checks_on_a_gpu_fail_when_pinning_buys_nothing():
+    from helpers.lessons import pinned
+    from helpers.transfer import CopyTiming
+
+    good = [CopyTiming(2**28, 7.0, 53.0, 20.0, 0.035, 2e-5)]
+    checks = pinned.checks(
+        pinned_run(True),
+        None,
+        True,
+        bandwidth=good,
+        copy_ms={False: 4.5, True: 0.6},
+        budget_bytes=256 * 2**20,
+        allocator_peak_bytes=192 * 2**20,
+    )
+    assert all(c.passed for c in checks), checks
+    flat = [CopyTiming(2**28, 7.0, 7.5, 6.0, 0.035, 0.035)]
+    failed = failing(
+        pinned.checks(
+            pinned_run(True),
+            None,
+            True,
+            bandwidth=flat,
+            copy_ms={False: 4.5, True: 4.6},
+            budget_bytes=128 * 2**20,
+            allocator_peak_bytes=192 * 2**20,
+        )
+    )
+    assert failed == [
+        "large copies run faster from pinned memory",
+        "non_blocking=True from pinned memory returns before the copy ends",
+        "the loop's copy of a batch is shorter from pinned memory",
+        "the pinned memory the allocator took stays within the budget (power-of-two blocks)",
+    ]
+
+
+# -- 07 · device prefetch --------------------------------------------------------------------------
+def host_case(inline_extra=0.016, threaded_extra=0.0, bound_threaded_load=0.128):
+    def run(load, step, main_s=0.0):
+        return helpers.as_timeline(helpers.simulate(16, load, step, 2, main_s=main_s), num_workers=2)
+
+    host = {
+        "no transform": run(0.016, 0.02),
+        "transform in the loop's thread": run(0.016, 0.02, inline_extra),
+        "transform in a prefetch thread": run(0.016, 0.02, threaded_extra),
+    }
+    bound = {
+        "data-bound, transform in the loop's thread": run(0.128, 0.02, 0.016),
+        "data-bound, transform in a prefetch thread": run(bound_threaded_load, 0.02),
+    }
+    return host, bound, 0.016, None
+
+
+def test_device_prefetch_checks_pass_when_the_lesson_holds():
+    from helpers.lessons import device_prefetch
+
+    checks = device_prefetch.checks(*host_case())
+    assert [c.passed for c in checks] == [True, True, True, None]
+
+
+def test_device_prefetch_checks_fail_when_the_thread_does_not_hide_the_transform():
+    from helpers.lessons import device_prefetch
+
+    # the thread hides nothing, and in the data-bound case it "helps" (as if it made workers faster)
+    failed = failing(device_prefetch.checks(*host_case(threaded_extra=0.016, bound_threaded_load=0.06)))
+    assert failed == [
+        "in a prefetch thread it is hidden: the pace is that of the run without it",
+        "data-bound: moving the transform to a thread changes nothing (fix the workers first)",
+    ]
+    failed = failing(device_prefetch.checks(*host_case(inline_extra=0.0)))
+    assert failed == ["in the loop's thread the transform adds to every batch"]

@@ -6,6 +6,8 @@ renders them and raises when one fails). ``tests/test_lessons.py`` runs every on
 on a configuration where its lesson does not hold, and shows it failing.
 """
 
-from . import baseline, limits, num_workers, pinned, prefetch, setup, startup
+from . import baseline, device_prefetch, limits, num_workers, pinned, prefetch, setup, startup
 
-__all__ = ["baseline", "limits", "num_workers", "pinned", "prefetch", "setup", "startup"]
+__all__ = [
+    "baseline", "device_prefetch", "limits", "num_workers", "pinned", "prefetch", "setup", "startup",
+]
