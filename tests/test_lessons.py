@@ -481,3 +481,47 @@ def test_device_prefetch_checks_fail_when_the_thread_does_not_hide_the_transform
     ]
     failed = failing(device_prefetch.checks(*host_case(inline_extra=0.0)))
     assert failed == ["in the loop's thread the transform adds to every batch"]
+
+
+# -- 08 · batched fetching ---------------------------------------------------------------------------
+def batched_case(remote=38.0, cpu=1.0, subset_queries=4, workers_gain=1.8):
+    remote_case, cpu_case = "remote: a round trip per query", "per-sample CPU work dominates"
+    speedup = {"local SQLite": 2.7, remote_case: remote, cpu_case: cpu}
+    predicted = {remote_case: 38.0, cpu_case: 1.0}
+    queries = {"BatchedSqliteDataset": (12, 12), "Subset of it": (subset_queries, 4)}
+    rate = {
+        "per sample, 0 workers": 30.0,
+        "per sample, 2 workers": 30.0 * workers_gain,
+        "__getitems__, 0 workers": 1100.0,
+        "__getitems__, 2 workers": 400.0,
+    }
+    return speedup, predicted, queries, rate, 10.6, 10.2
+
+
+def test_batched_checks_pass_when_the_lesson_holds():
+    from helpers.lessons import batched
+
+    assert all(c.passed for c in batched.checks(*batched_case()))
+
+
+def test_batched_checks_fail_when_batching_does_not_behave_as_taught():
+    from helpers.lessons import batched
+
+    # no gain with round trips; a big gain under per-sample CPU work; a Subset calling per sample
+    failed = failing(batched.checks(*batched_case(remote=3.0, cpu=6.0, subset_queries=256, workers_gain=1.0)))
+    assert failed == [
+        "with a round trip per request, one request per batch is over 10× faster",
+        "...and the speedup follows the arithmetic of the stated costs (within 2×)",
+        "when per-sample CPU work dominates, batching the fetch gains little (under 1.5×)",
+        "...as the arithmetic of the stated costs says (within 2×)",
+        "Subset of it: the DataLoader calls __getitems__ once per batch",
+        "workers help per-sample requests (each waits for its own round trips)",
+    ]
+
+
+def test_batched_workers_reading_covers_each_outcome():
+    from helpers.lessons import batched
+
+    rate = {"__getitems__, 0 workers": 100.0, "per sample, 0 workers": 1.0}
+    for gain, words in ((1.5, "helped further"), (1.0, "no real difference"), (0.5, "slower here")):
+        assert words in batched.workers_reading({**rate, "__getitems__, 2 workers": 100.0 * gain}, 1.0)
