@@ -525,3 +525,56 @@ def test_batched_workers_reading_covers_each_outcome():
     rate = {"__getitems__, 0 workers": 100.0, "per sample, 0 workers": 1.0}
     for gain, words in ((1.5, "helped further"), (1.0, "no real difference"), (0.5, "slower here")):
         assert words in batched.workers_reading({**rate, "__getitems__, 2 workers": 100.0 * gain}, 1.0)
+
+
+# -- 09 · in_order and stragglers ----------------------------------------------------------------------
+def straggler_runs(out_of_order_loads=None, shuffle_out_of_order=True):
+    """An in-order run with head-of-line blocking, and an "out of order" run built from it."""
+    n, y = 0.02, 0.01
+    loads = [n * (10 if i % 20 == 0 and i else 1) for i in range(60)]
+    fifo = helpers.as_timeline(helpers.simulate(60, loads, y, 4), num_workers=4)
+    free = helpers.as_timeline(helpers.simulate(60, out_of_order_loads or [n] * 60, y, 4), num_workers=4)
+    if shuffle_out_of_order:  # out of order: sample 20 and 40 arrive later, and worker shares are uneven
+        order = (
+            [i for i in range(60) if i not in (20, 40)][:22]
+            + [20]
+            + [i for i in range(22, 60) if i != 40]
+            + [40]
+        )
+        order = order[:60]
+        free.batches[:] = [
+            type(b)(**{**b.__dict__, "indices": (order[k],), "worker": 3 if k % 5 == 0 else b.worker})
+            for k, b in enumerate(free.batches)
+        ]
+    return {True: fifo, False: free}
+
+
+def test_in_order_checks_pass_when_the_lesson_holds():
+    from helpers.lessons import in_order
+
+    checks = in_order.checks(straggler_runs(), 0.01)
+    assert all(c.passed for c in checks), [c for c in checks if not c.passed]
+
+
+def test_in_order_checks_fail_when_out_of_order_changes_nothing():
+    from helpers.lessons import in_order
+
+    # "out of order" behaving exactly like in order: same stalls, same order, same shares
+    runs = straggler_runs()
+    runs[False] = straggler_runs()[True]
+    failed = failing(in_order.checks(runs, 0.01))
+    assert failed == [
+        "out of order, the loop waits less in total",
+        "out of order, the longest wait is under half the in-order one",
+        "the p99 step interval is at least 2× shorter out of order",
+        "out of order, the same samples arrive, each once, in another order",
+        "out of order, new tasks go to workers with free slots: the workers' shares become uneven",
+        "out of order, a naive resume by batch count would repeat (and skip) samples",
+    ]
+
+
+def test_resume_by_count_counts_repeats_and_skips():
+    from helpers.lessons import in_order
+
+    assert in_order.resume_by_count([0, 1, 2, 3], 2) == {"repeated": 0, "skipped": 0}
+    assert in_order.resume_by_count([1, 2, 0, 3], 2) == {"repeated": 1, "skipped": 1}

@@ -6,12 +6,24 @@ renders them and raises when one fails). ``tests/test_lessons.py`` runs every on
 on a configuration where its lesson does not hold, and shows it failing.
 """
 
-from . import baseline, batched, device_prefetch, limits, num_workers, pinned, prefetch, setup, startup
+from . import (
+    baseline,
+    batched,
+    device_prefetch,
+    in_order,
+    limits,
+    num_workers,
+    pinned,
+    prefetch,
+    setup,
+    startup,
+)
 
 __all__ = [
     "baseline",
     "batched",
     "device_prefetch",
+    "in_order",
     "limits",
     "num_workers",
     "pinned",
