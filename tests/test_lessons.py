@@ -535,13 +535,9 @@ def straggler_runs(out_of_order_loads=None, shuffle_out_of_order=True):
     fifo = helpers.as_timeline(helpers.simulate(60, loads, y, 4), num_workers=4)
     free = helpers.as_timeline(helpers.simulate(60, out_of_order_loads or [n] * 60, y, 4), num_workers=4)
     if shuffle_out_of_order:  # out of order: sample 20 and 40 arrive later, and worker shares are uneven
-        order = (
-            [i for i in range(60) if i not in (20, 40)][:22]
-            + [20]
-            + [i for i in range(22, 60) if i != 40]
-            + [40]
-        )
-        order = order[:60]
+        order = [i for i in range(60) if i not in (20, 40)]
+        order.insert(23, 20)
+        order.append(40)
         free.batches[:] = [
             type(b)(**{**b.__dict__, "indices": (order[k],), "worker": 3 if k % 5 == 0 else b.worker})
             for k, b in enumerate(free.batches)
