@@ -574,3 +574,73 @@ def test_resume_by_count_counts_repeats_and_skips():
 
     assert in_order.resume_by_count([0, 1, 2, 3], 2) == {"repeated": 0, "skipped": 0}
     assert in_order.resume_by_count([1, 2, 0, 3], 2) == {"repeated": 1, "skipped": 1}
+
+
+# -- 10 · shared memory ----------------------------------------------------------------------------------
+def demo(returncode=0, **result):
+    from helpers.failures import DemoResult
+
+    return DemoResult(command=[], returncode=returncode, output=result.pop("output", ""), result=result)
+
+
+def shm_case(
+    peak=8 * 2**20,
+    fd_error="RuntimeError: Too many open files. Communication ...",
+    fail_code=1,
+    room_code=0,
+    left=None,
+    strategy_peak=3 * 2**20,
+):
+    strategies = {
+        s: demo(peak_extra_bytes=strategy_peak, batch_bytes=2**20) for s in ("file_descriptor", "file_system")
+    }
+    return (
+        True,
+        peak,
+        2 * 2**20,
+        10 * 2**20,
+        strategies,
+        demo(1, error=fd_error),
+        demo(0, batches_kept=600),
+        demo(fail_code, output="No space left on device (28)"),
+        demo(room_code, batches=4),
+        left or {"segments": [], "children": []},
+    )
+
+
+def test_shared_memory_checks_pass_when_the_lesson_holds():
+    from helpers.lessons import shared_memory
+
+    assert all(c.passed for c in shared_memory.checks(*shm_case()))
+
+
+def test_shared_memory_checks_fail_when_memory_or_failures_behave_otherwise():
+    from helpers.lessons import shared_memory
+
+    failed = failing(
+        shared_memory.checks(
+            *shm_case(
+                peak=64 * 2**20,
+                fd_error="MemoryError",
+                fail_code=0,
+                strategy_peak=0,
+                left={"segments": ["torch_1"], "children": []},
+            )
+        )
+    )
+    assert failed == [
+        "a run's /dev/shm use stays within num_workers × prefetch_factor + 1 batches",
+        "both sharing strategies allocate in /dev/shm",
+        "keeping shared batches under a low fd limit fails with PyTorch's real message",
+        "the same loader fails in a /dev/shm smaller than its budget...",
+        "nothing is left behind: no new torch_* segment, no child process",
+    ]
+
+
+def test_shared_memory_checks_without_dev_shm_say_so():
+    from helpers.lessons import shared_memory
+
+    case = list(shm_case())
+    case[0] = False
+    checks = shared_memory.checks(*case)
+    assert [c.passed for c in checks[:-1]] == [None] * 7 and "/dev/shm" in checks[0].premise

@@ -16,6 +16,7 @@ from . import (
     pinned,
     prefetch,
     setup,
+    shared_memory,
     startup,
 )
 
@@ -29,5 +30,6 @@ __all__ = [
     "pinned",
     "prefetch",
     "setup",
+    "shared_memory",
     "startup",
 ]
