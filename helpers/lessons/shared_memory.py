@@ -41,7 +41,8 @@ def checks(
             holds(
                 claims[2],
                 all(
-                    r.returncode == 0 and r.result.get("peak_extra_bytes", 0) >= r.result.get("batch_bytes", 1)
+                    r.returncode == 0
+                    and r.result.get("peak_extra_bytes", 0) >= r.result.get("batch_bytes", 1)
                     for r in strategies.values()
                 ),
                 ", ".join(
