@@ -93,6 +93,7 @@ _LAZY = {
     "plot_step_time_model": "plots",
     "plot_bandwidth": "plots",
     "plot_ratios": "plots",
+    "plot_speedup_curves": "plots",
     "show_reference_figure": "plots",
     "TimelineExplorer": "widgets",
 }

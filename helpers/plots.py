@@ -328,3 +328,28 @@ def show_reference_figure(filename: str, what: str) -> bool:
                      f"(`images/{filename}`; the GPU and torch version are in its title): {what}."))
     display(Image(filename=str(path)))
     return True
+
+
+def plot_speedup_curves(ratios: Sequence[float], curves: dict[str, Sequence[float]], *,
+                        measured: dict[str, float] | None = None, at_ratio: float | None = None,
+                        xlabel: str = "step ÷ load per batch", ax: Axes | None = None) -> Axes:
+    """Modelled speedup (vs the first curve's stage) over a range of ratios, one line per stage;
+    ``measured`` speedups drawn as points at ``at_ratio`` (this run)."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(8, 4.5), layout="constrained")
+    cmap = matplotlib.colormaps["viridis"]
+    for i, (name, values) in enumerate(curves.items()):
+        color = cmap(i / max(len(curves) - 1, 1) * 0.9)
+        ax.plot(ratios, values, color=color, label=f"{name} (model)")
+        if measured is not None and at_ratio is not None and name in measured:
+            ax.plot([at_ratio], [measured[name]], marker="o", color=color, linestyle="none")
+    if at_ratio is not None:
+        ax.axvline(at_ratio, color="0.3", linestyle="--", linewidth=0.8)
+        ax.text(at_ratio, 0.02 * ax.get_ylim()[1], " this run (points: measured)", fontsize=7, va="bottom")
+    ax.set_xscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("speedup vs baseline (×)")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="upper right")
+    return ax

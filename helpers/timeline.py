@@ -169,10 +169,17 @@ class Timeline:
     def epoch_batches(self, epoch: int) -> list[BatchRecord]:
         return [b for b in self.batches if b.epoch == epoch]
 
-    def worker_startup_s(self, epoch: int = 0) -> float:
+    def worker_startup_s(self, epoch: int | None = None) -> float:
         """From ``iter(loader)`` until the last worker started in ``epoch`` was ready
-        (0.0 when none started: 0 workers, or persistent workers already running)."""
-        record_ = self.epochs[epoch]
+        (0.0 when none started: 0 workers, or persistent workers already running).
+        ``epoch`` is the epoch's number (None: the first epoch of this timeline)."""
+        if epoch is None:
+            record_ = self.epochs[0]
+        else:
+            matches = [e for e in self.epochs if e.epoch == epoch]
+            if not matches:
+                raise ValueError(f"this timeline has no epoch {epoch} (it has {[e.epoch for e in self.epochs]})")
+            record_ = matches[0]
         if not record_.worker_ready:
             return 0.0
         return max(record_.worker_ready.values()) - record_.iter_start

@@ -644,3 +644,64 @@ def test_shared_memory_checks_without_dev_shm_say_so():
     case[0] = False
     checks = shared_memory.checks(*case)
     assert [c.passed for c in checks[:-1]] == [None] * 7 and "/dev/shm" in checks[0].premise
+
+
+# -- 11 · capstone -------------------------------------------------------------------------------
+def capstone_case(
+    walls=(4.7, 3.2, 3.2, 3.1, 3.05, 2.95), persistent_startup=0.0, model_factor=1.0, bound=2.9
+):
+    from helpers.lessons import capstone
+
+    chain = capstone.stages(2)
+    measured = {}
+    for (name, _stage), wall in zip(chain.items(), walls, strict=True):
+        startups = (
+            [0.04] * 3 if name in ("+ workers, prefetch 2", "+ pin_memory") else [persistent_startup] * 3
+        )
+        if name == "baseline":
+            startups = [0.0] * 3
+        tl = epochs_timeline(startups, load=0.02, step=0.06, items=16)
+        # stretch to the stage's wall time (the shape is what the checks read; the wall is given)
+        last = tl.epochs[-1]
+        tl.epochs[-1] = type(last)(**{**last.__dict__, "end": tl.epochs[0].iter_start + wall})
+        measured[name] = tl
+    predicted = {name: walls[0] / wall * model_factor for name, wall in zip(chain, walls, strict=True)}
+    return measured, chain, bound, predicted
+
+
+def test_capstone_checks_pass_when_the_lesson_holds():
+    from helpers.lessons import capstone
+
+    checks = capstone.checks(*capstone_case(), modelled_step=True)
+    assert all(c.passed for c in checks), [c for c in checks if not c.passed]
+
+
+def test_capstone_checks_fail_when_the_chain_does_not_behave_as_the_model_says():
+    from helpers.lessons import capstone
+
+    failed = failing(
+        capstone.checks(
+            *capstone_case(walls=(4.7, 3.2, 4.2, 3.1, 3.05, 5.0), persistent_startup=0.04, model_factor=1.5),
+            modelled_step=True,
+        )
+    )
+    assert "+ pin_memory: not slower than the stage before (by more than 20 %)" in failed
+    assert "persistent workers: each epoch's first batch comes sooner by the workers' start-up" in failed
+    assert "+ workers, prefetch 2: the measured speedup follows the model for this step/load ratio" in failed
+    assert "the final stage runs within 15 % of the compute-only bound" in failed
+    gpu = capstone.checks(*capstone_case(), modelled_step=False)
+    assert gpu[-1].passed is None and "GPU" in gpu[-1].premise
+
+
+def test_the_capstone_model_predicts_its_own_stages():
+    from helpers.lessons import capstone
+
+    chain = capstone.stages(2)
+    costs = {
+        name: capstone.StageCosts(0.2 if not stage.batched else 0.02, 0.001, 0.05)
+        for name, stage in chain.items()
+    }
+    curves = capstone.speedup_curves(chain, costs, [0.1, 10.0], 16, 48)
+    assert curves["baseline"] == [1.0, 1.0]
+    # a short step: workers and batching show fully; a long step: little left to gain
+    assert curves["+ __getitems__"][0] > 5 and curves["+ __getitems__"][1] < 1.2

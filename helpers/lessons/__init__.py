@@ -9,6 +9,7 @@ on a configuration where its lesson does not hold, and shows it failing.
 from . import (
     baseline,
     batched,
+    capstone,
     device_prefetch,
     in_order,
     limits,
@@ -23,6 +24,7 @@ from . import (
 __all__ = [
     "baseline",
     "batched",
+    "capstone",
     "device_prefetch",
     "in_order",
     "limits",
