@@ -5,8 +5,11 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 # JupyterLab refuses to run as root unless told (CI and containers run as root).
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
+# The lab's two settings (helpers/config.py), from the command line or the environment.
+QUICK ?= $(DLLAB_SMOKE)
+START_METHOD ?= $(DLLAB_START_METHOD)
 
-.PHONY: lab test unit notebooks browser lint figures figures-gpu benchmark readme strip clean
+.PHONY: lab test unit notebooks browser lint stress start-methods figures figures-gpu benchmark readme strip clean
 
 # (Re)create the environment when it is missing or pyproject.toml changed.
 $(STAMP): pyproject.toml
@@ -15,8 +18,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -e '.[test]'
 	touch $(STAMP)
 
+# QUICK=1 opens the lab with the smoke sizes (a class's time budget); START_METHOD=spawn (or
+# fork, forkserver) sets the workers' start method for every notebook.
 lab: $(STAMP)
-	$(BIN)/jupyter lab --ip=127.0.0.1 --notebook-dir=notebooks $(ROOT_FLAG)
+	DLLAB_SMOKE=$(QUICK) DLLAB_START_METHOD=$(START_METHOD) \
+	  $(BIN)/jupyter lab --ip=127.0.0.1 --notebook-dir=notebooks $(ROOT_FLAG)
 
 test: lint unit notebooks browser
 
@@ -26,17 +32,28 @@ lint: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/python -m pytest -m "not browser" -q
 
-# Every notebook, as committed, in smoke mode; 300 s per cell at most.
+# Every notebook, as committed, in smoke mode; 300 s per cell at most. Progress bars off.
 notebooks: $(STAMP)
-	DLLAB_SMOKE=1 $(BIN)/python -m pytest --nbmake --nbmake-timeout=300 -q notebooks
+	DLLAB_SMOKE=1 TQDM_DISABLE=1 DLLAB_START_METHOD=$(START_METHOD) \
+	  $(BIN)/python -m pytest --nbmake --nbmake-timeout=300 -q notebooks
+
+# The smoke notebooks beside one CPU-bound program: every check must hold or say its premise failed.
+stress: $(STAMP)
+	$(BIN)/python scripts/stress.py --competitors 1 -- $(MAKE) --no-print-directory notebooks
+
+# The smoke notebooks under each start method (macOS/Windows use spawn, Linux from Python 3.14 forkserver).
+start-methods: $(STAMP)
+	for method in fork spawn forkserver; do \
+	  echo "== start method $$method"; $(MAKE) --no-print-directory notebooks START_METHOD=$$method || exit 1; \
+	done
 
 browser: $(STAMP)
-	DLLAB_SMOKE=1 $(BIN)/python -m pytest -m browser -q
+	DLLAB_SMOKE=1 TQDM_DISABLE=1 $(BIN)/python -m pytest -m browser -q
 
 figures: $(STAMP)
 	$(BIN)/python scripts/make_figures.py
 
-# The GPU reference figures (needs CUDA; notebooks 03, 05 and 09 show them on CPU-only machines).
+# The GPU reference figures (needs CUDA; notebooks 06, 07 and 11 show them on CPU-only machines).
 figures-gpu: $(STAMP)
 	$(BIN)/python scripts/make_gpu_figures.py
 

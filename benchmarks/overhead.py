@@ -14,6 +14,8 @@ import statistics
 import time
 import warnings
 
+from torch.utils.data import DataLoader
+
 import helpers
 
 warnings.filterwarnings("ignore", message=".*suggested max number of worker.*")
@@ -28,7 +30,7 @@ def plain_loop(loader, step) -> float:
 
 def recorded_loop(loader, step) -> float:
     start = time.perf_counter()
-    helpers.record(loader, step)
+    helpers.record(loader, step, progress=False)
     return time.perf_counter() - start
 
 
@@ -48,12 +50,11 @@ def compare(name: str, loader, step, repeats: int) -> dict[str, float]:
 
 def main() -> None:
     print(helpers.describe_machine(), "\n")
-    realistic = helpers.make_loader(
-        helpers.WorkDataset(400, item_sleep_s=0.001, item_shape=(3, 32, 32)),
-        batch_size=8, num_workers=2, prefetch_factor=2)
+    realistic = DataLoader(helpers.WorkDataset(400, item_wait_s=0.001, item_shape=(3, 32, 32)),
+                           batch_size=8, num_workers=2, prefetch_factor=2)
     result = compare("realistic (2 workers, 1 ms/item, 5 ms step)", realistic,
                      helpers.ModelledStep(0.005), repeats=9)
-    worst = helpers.make_loader(helpers.WorkDataset(5000), batch_size=1)
+    worst = DataLoader(helpers.WorkDataset(5000), batch_size=1)
     compare("worst case (0 workers, free items, no step)", worst, lambda batch: None,
             repeats=9)
     verdict = "within" if result["overhead"] <= 0.02 else "ABOVE"

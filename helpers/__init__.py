@@ -45,7 +45,7 @@ from .hooks import MAIN_PROCESS
 from .models import ForumMLP, ModelledStep, TrainStep, TutorialNet
 from .prefetch import BatchTransform, DevicePrefetcher, SerialisedDevicePrefetcher, ThreadPrefetcher
 from .recorder import record
-from .report import Table, table
+from .report import Table, progress, table
 from .settings import HAS_IN_ORDER, LoaderSettings
 from .setup_check import checks_html, run_setup_checks
 from .storage import BatchedSqliteDataset, SqliteDataset, make_sqlite_db
@@ -113,7 +113,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "config", "lessons", "pauses", "startup", "torch_internals",
     "MAIN_PROCESS", "HAS_IN_ORDER", "BatchRecord", "EpochRecord", "Pause", "Span", "Timeline", "record",
-    "LoaderSettings", "Table", "table",
+    "LoaderSettings", "Table", "progress", "table",
     "available_cores", "is_smoke", "results_dir", "seconds", "sized", "start_method",
     "BatchedTensorDataset", "BatchedTutorialDataset", "BatchedWorkDataset", "HostTransform",
     "TaggedDataset", "TutorialDataset", "WorkDataset", "WorkStream", "burn_cpu", "mnist_like",

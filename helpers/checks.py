@@ -92,6 +92,9 @@ def show_checks(checks: Iterable[Check]) -> None:
     except ImportError:  # outside IPython: print the table
         print(table)
     table.raise_if_failed()
+    untested = len(table.not_tested())
+    print(f"all lesson checks passed: {len(table) - untested} claims held"
+          + (f", {untested} could not be tested here (see why above)" if untested else ""))
 
 
 # -- noise -----------------------------------------------------------------------------------

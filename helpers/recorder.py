@@ -13,15 +13,15 @@ from __future__ import annotations
 
 import collections
 import itertools
-import os
 from collections.abc import Callable, Iterator
 from time import perf_counter as clock
 from typing import Any
 
 from torch.utils.data import DataLoader
 
-from . import config, torch_internals
+from . import torch_internals
 from .hooks import MAIN_PROCESS, GcMonitor, MainProcessFetch, PrefetcherTimer, RecordingWorkerInit, Stamped
+from .report import progress_bar
 from .settings import loader_config
 from .timeline import BatchRecord, EpochRecord, Pause, Span, Timeline
 from .transfer import synchronize, to_device
@@ -48,21 +48,14 @@ class _Unwrapped:
 
 
 def _progress(loader: DataLoader, epochs: int, max_batches: int | None, label: str | None):
-    """A progress bar that appears only when a recording lasts more than a few seconds
-    (tqdm; ``TQDM_DISABLE=1`` turns it off, as the test targets do — read here, because
-    tqdm's notebook bar does not read it)."""
-    from tqdm.auto import tqdm
-
-    if config.parse_flag(os.environ.get("TQDM_DISABLE"), "TQDM_DISABLE"):
-        return None
-
+    """A progress bar for a recording (shown only when it lasts more than a few seconds)."""
     try:
         total: int | None = len(loader) * epochs
     except TypeError:
         total = None
     if max_batches is not None:
         total = max_batches if total is None else min(total, max_batches)
-    return tqdm(total=total, desc=label or "recording", unit="batch", delay=3, leave=False)
+    return progress_bar(total, label or "recording")
 
 
 def record(

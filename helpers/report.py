@@ -43,3 +43,32 @@ class Table:
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], caption: str = "") -> Table:
     """A :class:`Table` (the last expression of a cell displays it)."""
     return Table(headers, rows, caption)
+
+
+def progress_bar(total: int | None, label: str):
+    """A tqdm progress bar (notebook widget in JupyterLab) that appears only when the work lasts
+    more than 3 seconds; None when ``TQDM_DISABLE=1`` (the test targets set it: tqdm's notebook
+    bar does not read that variable itself)."""
+    import os
+
+    from tqdm.auto import tqdm
+
+    from .config import parse_flag
+
+    if parse_flag(os.environ.get("TQDM_DISABLE"), "TQDM_DISABLE"):
+        return None
+    return tqdm(total=total, desc=label, delay=3, leave=False)
+
+
+def progress(items, label: str):
+    """Iterate ``items`` (a dict's items, a list...) with a progress bar (:func:`progress_bar`)."""
+    items = list(items)
+    bar = progress_bar(len(items), label)
+    try:
+        for item in items:
+            yield item
+            if bar is not None:
+                bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()

@@ -178,7 +178,8 @@ class Timeline:
         else:
             matches = [e for e in self.epochs if e.epoch == epoch]
             if not matches:
-                raise ValueError(f"this timeline has no epoch {epoch} (it has {[e.epoch for e in self.epochs]})")
+                known = [e.epoch for e in self.epochs]
+                raise ValueError(f"this timeline has no epoch {epoch} (it has {known})")
             record_ = matches[0]
         if not record_.worker_ready:
             return 0.0

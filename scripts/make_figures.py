@@ -1,12 +1,16 @@
 """Make the reference figures in images/ from real runs (full sizes, never smoke mode).
 
-* The blog experiment (SOURCES.md section 2): 20 items that each sleep 1 s, batch size
-  1, a modelled 0.25 s step, 0-4 workers, fork.
-* Notebook 02: slow samples (1 in 6 is 6x slower) with prefetch_factor 1 vs 4.
-* Notebook 04: 6 short epochs with spawn, persistent_workers off vs on.
-* Notebook 05: a per-batch main-process transform in the loop's thread vs a prefetch thread.
+* The blog experiment (SOURCES.md section 2, notebook 01): 20 items that each wait 1 s, batch
+  size 1, a modelled 0.25 s step, 0-4 workers.
+* Notebook 03: slow samples (1 in 6 is 6x slower) with prefetch_factor 1 vs 4.
+* Notebook 05: worker start-up by start method (and forkserver with preload), each in a fresh
+  process; 6 short epochs with spawn, persistent_workers off vs on.
+* Notebook 07: a per-batch main-process transform in the loop's thread vs a prefetch thread.
+* Notebook 11: the chain's modelled speedups across step/load ratios, fed with a CPU run of the
+  chain (the notebook's own functions).
 
-About 2.5 minutes on any machine (sleep-based workloads).
+The workloads are those of the notebooks, through the same helpers. About 4 minutes on 2 cores
+(mostly waiting).
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ import matplotlib
 
 matplotlib.use("Agg")
 
+from torch.utils.data import DataLoader  # noqa: E402
+
 import helpers  # noqa: E402
 
 OUT = Path(__file__).resolve().parent.parent / "images"
@@ -29,66 +35,132 @@ def main() -> None:
     if helpers.is_smoke():
         raise SystemExit("make_figures.py draws full-size runs: unset DLLAB_SMOKE")
     warnings.filterwarnings("ignore", message=".*suggested max number of worker.*")
-    start = "fork" if "fork" in mp.get_all_start_methods() else None
-    load_s, step_s, items = 1.0, 0.25, 20
-    runs = {}
-    for workers in range(5):
-        loader = helpers.make_loader(helpers.SleepDataset(items, load_s), num_workers=workers,
-                                     prefetch_factor=2 if workers else None, start_method=start)
-        runs[workers] = helpers.record(loader, helpers.ModelledStep(step_s))
-        s = runs[workers].summary()
-        print(f"{workers} workers: {s['mean_step_interval_s']:.3f} s/batch, first batch "
-              f"{s['first_batch_s']:.2f} s, intervals "
-              + " ".join(f"{v:.2f}" for v in runs[workers].intervals()))
+    warnings.filterwarnings("ignore", message=".*pin_memory.*no accelerator")
+    start = helpers.use_start_method()
     machine = helpers.describe_machine()
     where = f"measured on {machine['cores']} cores, torch {machine['torch']}, {start}"
-    fig = helpers.plot_timelines(
-        [runs[0], runs[2]],
-        titles=[f"num_workers=0 ({where})", "num_workers=2"])
-    fig.savefig(OUT / "blog_timeline_0_vs_2_workers.png", dpi=110)
-    fig = helpers.plot_timelines(list(runs.values()),
-                                 titles=[f"num_workers={x}" for x in runs])
-    fig.savefig(OUT / "blog_timelines_0_to_4_workers.png", dpi=90)
-    ax = helpers.plot_intervals(
-        list(runs.values()), [f"{x} workers" for x in runs],
-        predictions=[helpers.simulate(items, load_s, step_s, x,
-                                      startup_s=tl.worker_startup_s())
-                     for x, tl in runs.items()])
-    ax.set_title(f"Time between loop iterations, measured vs model ({where})", fontsize=9)
-    ax.figure.savefig(OUT / "blog_intervals.png", dpi=110)
-    core_series(start, where)
+    blog(where)
+    core_series(where)
     print("wrote", *sorted(p.name for p in OUT.glob("*.png")), "in", os.path.relpath(OUT))
 
 
-def core_series(start: str | None, where: str) -> None:
-    """One reference figure each for notebooks 02, 04 and 05 (CPU paths, full size)."""
+def blog(where: str) -> None:
+    item_wait_s, step_s, items = 1.0, 0.25, 20
+    dataset = helpers.WorkDataset(items, item_wait_s=item_wait_s)
+    runs = {}
+    for workers in range(5):
+        loader = DataLoader(dataset, batch_size=1, num_workers=workers)
+        runs[workers] = helpers.record(loader, helpers.ModelledStep(step_s), progress=False)
+        print(f"{workers} workers: intervals " + " ".join(f"{v:.2f}" for v in runs[workers].intervals()))
+    fig = helpers.plot_timelines([runs[0], runs[2]], titles=[f"num_workers=0 ({where})", "num_workers=2"])
+    fig.savefig(OUT / "blog_timeline_0_vs_2_workers.png", dpi=110)
+    fig = helpers.plot_timelines(list(runs.values()), titles=[f"num_workers={x}" for x in runs])
+    fig.savefig(OUT / "blog_timelines_0_to_4_workers.png", dpi=90)
+    ax = helpers.plot_intervals(
+        list(runs.values()),
+        [f"{x} workers" for x in runs],
+        predictions=[
+            helpers.simulate(items, item_wait_s, step_s, x, startup_s=tl.worker_startup_s())
+            for x, tl in runs.items()
+        ],
+    )
+    ax.set_title(f"Time between loop iterations, measured vs model ({where})", fontsize=9)
+    ax.figure.savefig(OUT / "blog_intervals.png", dpi=110)
+
+
+def core_series(where: str) -> None:
     step = helpers.ModelledStep(0.1)
-    bursty = helpers.StragglerDataset(36, 0.08, every=6, factor=6.0)
-    runs = [helpers.record(helpers.make_loader(bursty, num_workers=2, prefetch_factor=pf,
-                                               start_method=start), step) for pf in (1, 4)]
-    fig = helpers.plot_timelines(runs, titles=[f"prefetch_factor=1, 1 item in 6 is 6x slower ({where})",
-                                               "prefetch_factor=4"], label_batches=False)
+    slow = helpers.WorkDataset(36, item_wait_s=0.08, slow_every=6, slow_factor=6.0)
+    runs = [
+        helpers.record(DataLoader(slow, num_workers=2, prefetch_factor=pf), step, progress=False)
+        for pf in (1, 4)
+    ]
+    fig = helpers.plot_timelines(
+        runs,
+        titles=[f"prefetch_factor=1, 1 item in 6 is 6x slower ({where})", "prefetch_factor=4"],
+        label_batches=False,
+    )
     fig.savefig(OUT / "prefetch_slow_samples.png", dpi=100)
 
-    if "spawn" in mp.get_all_start_methods():
-        runs = [helpers.record(helpers.make_loader(helpers.SleepDataset(8, 0.1), num_workers=2,
-                                                   prefetch_factor=2, persistent_workers=persistent,
-                                                   start_method="spawn"),
-                               helpers.ModelledStep(0.05), epochs=6) for persistent in (False, True)]
-        fig = helpers.plot_timelines(runs, titles=[f"spawn, persistent_workers={p}" for p in (False, True)],
-                                     label_batches=False)
+    methods = mp.get_all_start_methods()
+    children = {m: helpers.startup.record_in_child(m, item_wait_s=0.1) for m in methods}
+    if "forkserver" in methods:
+        children["forkserver + preload"] = helpers.startup.record_in_child(
+            "forkserver", preload=["torch", "helpers"], item_wait_s=0.1
+        )
+    fig = helpers.plot_timelines(
+        list(children.values()),
+        titles=[f"{name}, 2 epochs, fresh workers each ({where.split(', ')[0]})" for name in children],
+        label_batches=False,
+    )
+    fig.savefig(OUT / "startup_methods.png", dpi=100)
+
+    if "spawn" in methods:
+        dataset = helpers.WorkDataset(8, item_wait_s=0.1)
+        runs = [
+            helpers.record(
+                DataLoader(
+                    dataset, num_workers=2, persistent_workers=persistent, multiprocessing_context="spawn"
+                ),
+                helpers.ModelledStep(0.05),
+                epochs=6,
+                progress=False,
+            )
+            for persistent in (False, True)
+        ]
+        fig = helpers.plot_timelines(
+            runs, titles=[f"spawn, persistent_workers={p}" for p in (False, True)], label_batches=False
+        )
         fig.savefig(OUT / "persistent_workers_spawn.png", dpi=100)
 
     def loader():
-        return helpers.make_loader(helpers.WorkDataset(32, item_sleep_s=0.04), batch_size=2,
-                                   num_workers=2, prefetch_factor=2, start_method=start)
+        return DataLoader(helpers.WorkDataset(32, item_wait_s=0.04), batch_size=2, num_workers=2)
 
-    transform = helpers.HostTransform(busy_s=0.08)
-    runs = [helpers.record(loader(), step, wrap=lambda it: helpers.BatchTransform(it, transform)),
-            helpers.record(loader(), step, wrap=lambda it: helpers.ThreadPrefetcher(it, transform))]
-    fig = helpers.plot_timelines(runs, titles=[f"0.08 s transform in the loop's thread ({where})",
-                                               "the same transform in a prefetch thread"])
+    transform = helpers.HostTransform(cpu_s=0.08)
+    runs = [
+        helpers.record(loader(), step, wrap=lambda it: helpers.BatchTransform(it, transform), progress=False),
+        helpers.record(
+            loader(), step, wrap=lambda it: helpers.ThreadPrefetcher(it, transform), progress=False
+        ),
+    ]
+    fig = helpers.plot_timelines(
+        runs,
+        titles=[
+            f"0.08 s transform in the loop's thread ({where})",
+            "the same transform in a prefetch thread",
+        ],
+    )
     fig.savefig(OUT / "host_prefetch_thread.png", dpi=100)
+
+    capstone = helpers.lessons.capstone
+    chain = capstone.stages(min(4, helpers.available_cores()))
+    measured = {
+        name: capstone.run_stage(
+            name,
+            stage,
+            shape=(3, 224, 224),
+            item_wait_s=0.005,
+            step=helpers.ModelledStep(0.25),
+            device="cpu",
+            epochs=10,
+            batches_per_epoch=16,
+            batches=160,
+        )
+        for name, stage in chain.items()
+    }
+    costs = {name: capstone.stage_costs(measured[name], chain[name]) for name in chain}
+    ratios = [2 ** (k / 2) for k in range(-10, 8)]
+    curves = capstone.speedup_curves(chain, costs, ratios, 16, 160)
+    base = measured["baseline"].wall_s
+    ax = helpers.plot_speedup_curves(
+        ratios,
+        curves,
+        measured={n: base / tl.wall_s for n, tl in measured.items()},
+        at_ratio=0.25 / costs["baseline"].batch_load_s,
+        xlabel="step ÷ the baseline's load per batch",
+    )
+    ax.set_title(f"The tutorial's chain: modelled speedups from this run's costs ({where})", fontsize=9)
+    ax.figure.savefig(OUT / "chain_step_ratio.png", dpi=110)
 
 
 if __name__ == "__main__":

@@ -1,14 +1,15 @@
 """Make the GPU reference figures in images/ from real runs on a CUDA GPU (full sizes).
 
-CPU-only machines show these in notebooks 03, 05 and 09 in place of the cells they skip:
+CPU-only machines show these in notebooks 06, 07 and 11 in place of the cells they skip:
 
-* ``pinned_bandwidth.png`` (03): host-to-device bandwidth, pageable vs pinned vs pinning
-  inside the copy, 64 KiB to 256 MiB (``helpers.copy_bandwidth``).
-* ``pinned_copy_segment.png`` (03): the loop's copy of each 18 MiB batch (cyan), pageable vs
+* ``pinned_bandwidth.png`` (06): host-to-device bandwidth, pageable vs pinned vs pinning
+  into a cached block inside the copy, 64 KiB to 256 MiB (``helpers.copy_bandwidth``).
+* ``pinned_copy_segment.png`` (06): the loop's copy of each 18 MiB batch (cyan), pageable vs
   ``pin_memory=True``, 2 workers, modelled 50 ms step.
-* ``device_prefetch_gpu.png`` (05): the tutorial's model on the GPU, the loop copying each
-  batch vs ``helpers.DevicePrefetcher`` (side stream) vs its uint8 variant, 4 workers.
-* ``capstone_gpu.png`` (09): notebook 09 executed in full on the GPU (the tutorial's model,
+* ``device_prefetch_gpu.png`` (07): the tutorial's model on the GPU, the loop copying each
+  batch vs ``helpers.DevicePrefetcher`` vs its uint8 variant vs the former serialised
+  prefetcher, 4 workers (``helpers.lessons.device_prefetch.gpu_runs``, the notebook's own runs).
+* ``capstone_gpu.png`` (11): notebook 11 executed in full on the GPU (the tutorial's model,
   4 workers); its stage-by-stage chart against the tutorial's published figures.
 
 Run with ``python scripts/make_gpu_figures.py`` on a machine with CUDA; it prints the
@@ -26,13 +27,13 @@ import matplotlib
 matplotlib.use("Agg")
 
 import torch  # noqa: E402
+from torch.utils.data import DataLoader  # noqa: E402
 
 import helpers  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "images"
-SIZES = [2**k for k in range(16, 29, 2)]          # 64 KiB ... 256 MiB, as notebook 03
-IMAGENET = ([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])
+SIZES = [2**k for k in range(16, 29, 2)]          # 64 KiB ... 256 MiB, as notebook 06
 
 
 def main() -> None:
@@ -43,7 +44,7 @@ def main() -> None:
                          "on a CPU-only machine use scripts/make_figures.py")
     warnings.filterwarnings("ignore", message=".*suggested max number of worker.*")
     device = helpers.get_device()
-    where = f"{helpers.system.accelerator_name()}, torch {torch.__version__}"
+    where = f"{helpers.accelerator_name()}, torch {torch.__version__}"
 
     timings = helpers.copy_bandwidth(SIZES, device)
     for t in timings:
@@ -56,9 +57,8 @@ def main() -> None:
     ax.figure.savefig(OUT / "pinned_bandwidth.png", dpi=110)
 
     def image_loader(pin_memory: bool):
-        dataset = helpers.TutorialDataset(32 * 8, shape=(3, 224, 224), delay_s=0.005)
-        return helpers.make_loader(dataset, batch_size=32, num_workers=2, prefetch_factor=2,
-                                   pin_memory=pin_memory)
+        dataset = helpers.TutorialDataset(32 * 8, shape=(3, 224, 224), item_wait_s=0.005)
+        return DataLoader(dataset, batch_size=32, num_workers=2, pin_memory=pin_memory)
 
     runs = [helpers.record(image_loader(pin), helpers.ModelledStep(0.05), device=device)
             for pin in (False, True)]
@@ -67,27 +67,10 @@ def main() -> None:
     fig = helpers.plot_timelines(runs, titles=[f"pageable ({where})", "pin_memory=True"])
     fig.savefig(OUT / "pinned_copy_segment.png", dpi=100)
 
-    def tutorial_loader(uint8: bool = False):
-        dataset = helpers.TutorialDataset(32 * 48, delay_s=0.005, uint8=uint8)
-        return helpers.make_loader(dataset, batch_size=32, num_workers=4, prefetch_factor=2,
-                                   pin_memory=True)
-
-    def real_step():
-        torch.manual_seed(0)
-        return helpers.TrainStep(helpers.TutorialNet(), device, lr=0.01, sync_every_step=True)
-
-    helpers.record(tutorial_loader(), real_step(), device=device, max_batches=4)   # warm-up
-    runs = {
-        "loop copies (pin_memory)": helpers.record(tutorial_loader(), real_step(), device=device),
-        "DevicePrefetcher": helpers.record(
-            tutorial_loader(), real_step(), wrap=lambda it: helpers.DevicePrefetcher(it, device)),
-        "DevicePrefetcher, uint8 + normalise on device": helpers.record(
-            tutorial_loader(uint8=True), real_step(),
-            wrap=lambda it: helpers.DevicePrefetcher(it, device, normalize=IMAGENET)),
-    }
+    runs = helpers.lessons.device_prefetch.gpu_runs(device)
     for name, tl in runs.items():
         s = tl.summary()
-        print(f"{name}: {s['mean_step_interval_s'] * 1e3:.2f} ms per batch, loop waiting "
+        print(f"{name}: {s['median_step_interval_s'] * 1e3:.2f} ms per batch (median), loop waiting "
               f"{s['wait_fraction']:.1%}")
     titles = list(runs)
     titles[0] += f" ({where})"
@@ -99,12 +82,12 @@ def main() -> None:
 
 
 def capstone() -> None:
-    """Execute notebook 09 on this GPU and keep its chart (the notebook is the one definition of
+    """Execute notebook 11 on this GPU and keep its chart (the notebook is the one definition of
     the chain; the chart's title names the GPU and torch)."""
     import nbclient
     import nbformat
 
-    path = ROOT / "notebooks" / "09_capstone.ipynb"
+    path = ROOT / "notebooks" / "11_capstone.ipynb"
     nb = nbformat.read(path, as_version=4)
     nbclient.NotebookClient(nb, timeout=900, kernel_name="python3",
                             resources={"metadata": {"path": str(path.parent)}}).execute()
@@ -112,7 +95,8 @@ def capstone() -> None:
     data = [o["data"] for o in chart.outputs if "data" in o]
     (OUT / "capstone_gpu.png").write_bytes(base64.b64decode(next(d["image/png"] for d in data
                                                                  if "image/png" in d)))
-    print(next(d["text/markdown"] for d in data if "text/markdown" in d))
+    table = next(c for c in nb.cells if c.cell_type == "code" and "efficiency vs bound" in c.source)
+    print(next(o["data"]["text/plain"] for o in table.outputs if "data" in o))
 
 
 if __name__ == "__main__":

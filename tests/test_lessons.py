@@ -629,7 +629,7 @@ def test_shared_memory_checks_fail_when_memory_or_failures_behave_otherwise():
         )
     )
     assert failed == [
-        "a run's /dev/shm use stays within num_workers × prefetch_factor + 1 batches",
+        "a run's /dev/shm use stays within num_workers × prefetch_factor + 2 batches",
         "both sharing strategies allocate in /dev/shm",
         "keeping shared batches under a low fd limit fails with PyTorch's real message",
         "the same loader fails in a /dev/shm smaller than its budget...",

@@ -87,3 +87,30 @@ def test_readme_images_exist():
     assert images, "README shows no image"
     for image in images:
         assert (ROOT / image).is_file(), image
+
+
+def _code_cells(path: Path) -> list[str]:
+    return ["".join(c["source"]) for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"]
+
+
+def test_notebooks_read_as_lessons_without_outputs():
+    """The story is in markdown; code cells are short and show the DataLoader call they teach."""
+    for path in NOTEBOOKS:
+        cells = _code_cells(path)
+        for source in cells:
+            lines = [line for line in source.splitlines()
+                     if line.strip() and not line.strip().startswith("#")]
+            assert len(lines) <= 16, f"{path.name}: a code cell of {len(lines)} lines"
+        assert sum(len(re.findall(r"display\(\s*Markdown\(", s)) for s in cells) == 0, path.name
+        if not path.name.startswith("00"):
+            assert any(re.search(r"\bDataLoader\(", s) for s in cells), f"{path.name}: no DataLoader( call"
+        assert any("helpers.show_checks(" in s for s in cells), f"{path.name} has no lesson checks"
+        markdown = [c for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "markdown"]
+        assert len(markdown) >= len(cells) // 2, f"{path.name}: the story belongs in markdown cells"
+
+
+def test_every_notebook_topic_has_failing_configurations_tested():
+    lessons = {p.stem for p in (ROOT / "helpers" / "lessons").glob("*.py") if p.stem != "__init__"}
+    tests = (ROOT / "tests" / "test_lessons.py").read_text()
+    for topic in lessons:
+        assert f"from helpers.lessons import {topic}" in tests, f"no test shows {topic}'s checks failing"

@@ -129,3 +129,30 @@ def test_reference_figures_are_shown_or_said_to_be_missing(monkeypatch):
     shown.clear()
     assert helpers.show_reference_figure("no_such_figure.png", "nothing") is False
     assert len(shown) == 1 and "No reference figure for this yet (nothing)" in shown[0].data
+
+
+def test_progress_bars_are_off_with_tqdm_disable_and_the_value_is_parsed_strictly(monkeypatch):
+    from helpers.report import progress_bar
+
+    monkeypatch.setenv("TQDM_DISABLE", "1")
+    assert progress_bar(10, "x") is None
+    assert list(helpers.progress(range(3), "x")) == [0, 1, 2]
+    monkeypatch.setenv("TQDM_DISABLE", "sometimes")
+    with pytest.raises(ValueError, match="TQDM_DISABLE='sometimes'"):
+        progress_bar(10, "x")
+    monkeypatch.setenv("TQDM_DISABLE", "0")
+    bar = progress_bar(10, "x")
+    assert bar is not None
+    bar.close()
+
+
+def test_helpers_lists_its_lazy_names_for_tab_completion():
+    names = dir(helpers)
+    assert {"plot_timeline", "TimelineExplorer", "record", "LoaderSettings", "lessons"} <= set(names)
+
+
+def test_table_renders_as_text_and_html_and_refuses_ragged_rows():
+    t = helpers.table(["a", "b"], [[1, "x"], [22, "yy"]], caption="c")
+    assert "22" in str(t) and "<td>yy</td>" in t._repr_html_() and "<caption" in t._repr_html_()
+    with pytest.raises(ValueError, match="every row needs 2 values"):
+        helpers.table(["a", "b"], [[1]])

@@ -229,3 +229,46 @@ def run_stage(
         loader, step, epochs=1 + epochs, max_batches=batches_per_epoch + batches, progress=name, **options
     )
     return tl.window(1)
+
+
+def decision_guide(vs_previous: dict[str, float], efficiency: float, has_cuda: bool) -> list[list[str]]:
+    """Rows of the decision guide: symptom on the timeline, the knob (and its notebook), and what
+    that knob did in this run."""
+    gain = {n: f"{v:.2f}× here" for n, v in vs_previous.items()}
+    return [
+        [
+            "red before every step, no worker rows (0 workers)",
+            "num_workers, sized with ⌈n / (y + m)⌉ (02)",
+            gain["+ workers, prefetch 2"],
+        ],
+        [
+            "red and hatched start-up at every dashed epoch line",
+            "persistent_workers=True (05)",
+            gain["+ persistent_workers"],
+        ],
+        [
+            "red spikes behind one long blue bar, other workers idle",
+            "in_order=False or a deeper prefetch_factor (09, 03)",
+            "the p99, not the mean",
+        ],
+        [
+            "long blue bars made of many small requests",
+            "__getitems__ — if there is a per-request cost (08)",
+            gain["+ __getitems__"],
+        ],
+        [
+            "workers busy all the time, loop still waiting",
+            "more workers up to the free cores (04)",
+            "CPU-bound: the cores",
+        ],
+        [
+            "cyan copy segment before each step (GPU)",
+            "pin_memory + a device prefetcher (06, 07)",
+            gain["+ device prefetcher"] if has_cuda else "not measured: no GPU here",
+        ],
+        [
+            "green only, no red",
+            "nothing left in the input pipeline: the model is next",
+            f"final stage at {efficiency:.0%} of the bound",
+        ],
+    ]

@@ -24,7 +24,7 @@ def checks(
     """What the notebook measured; demos are None where the machine cannot run them."""
     MiB = 2**20
     claims = (
-        "a run's /dev/shm use stays within num_workers × prefetch_factor + 1 batches",
+        "a run's /dev/shm use stays within num_workers × prefetch_factor + 2 batches",
         "batches cross from workers through /dev/shm (at least one batch's worth in use)",
         "both sharing strategies allocate in /dev/shm",
         "keeping shared batches under a low fd limit fails with PyTorch's real message",
