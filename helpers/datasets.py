@@ -69,7 +69,7 @@ class WorkDataset(Dataset):
     ``slow_every=k`` (k >= 1) makes items ``i % k == 0`` cost ``slow_factor`` times the
     per-item cost: stragglers among many (0 = none).
 
-    The blog experiment (SOURCES.md section 2) is ``WorkDataset(20, item_wait_s=1.0)``.
+    The blog experiment (a 2020 post on choosing ``num_workers``) is ``WorkDataset(20, item_wait_s=1.0)``.
     """
 
     def __init__(
@@ -191,7 +191,7 @@ class WorkStream(IterableDataset):
 
 
 class TutorialDataset(Dataset):
-    """The PyTorch data-loading tutorial's synthetic images (SOURCES.md section 1).
+    """The PyTorch data-loading tutorial's synthetic images ("Data Loading Optimization").
 
     Item ``i``: a ``randn(shape)`` image (seeded by ``seed + i``, so repeatable) and a
     label in ``[0, num_classes)``, after a simulated transform of ``item_wait_s`` seconds
@@ -259,7 +259,7 @@ class BatchedTensorDataset(TensorDataset):
 
 
 def mnist_like(num_samples: int = 60_000, *, seed: int = 0) -> TensorDataset:
-    """MNIST-shaped tensors held in memory (the forum case, SOURCES.md section 3).
+    """MNIST-shaped tensors held in memory (the forum case: "why is my training slower with num_workers?").
 
     ``num_samples`` x 784 float32 inputs and int64 labels in ``[0, 10)``. The
     labels depend on the inputs (a fixed random linear rule), so a model can learn.

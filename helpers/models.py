@@ -34,7 +34,7 @@ class ModelledStep:
 
 
 class TutorialNet(nn.Module):
-    """The PyTorch data-loading tutorial's model (SOURCES.md section 1).
+    """The PyTorch data-loading tutorial's model ("Data Loading Optimization").
 
     conv(3->32, k7, s4, p3) -> ReLU -> conv(32->64, k3, s2, p1) -> ReLU -> adaptive
     average pool to 7x7 -> 49 tokens of width 64 -> 2-layer Transformer encoder
@@ -62,7 +62,7 @@ class TutorialNet(nn.Module):
 
 
 class ForumMLP(nn.Sequential):
-    """The forum thread's MLP (SOURCES.md section 3): 784 -> 600 -> 300 -> 100 -> 10."""
+    """The forum thread's MLP ("why is my training slower with num_workers?"): 784 -> 600 -> 300 -> 100 -> 10."""
 
     def __init__(self):
         super().__init__(

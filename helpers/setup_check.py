@@ -103,7 +103,7 @@ def check_shm() -> Check:
     ok = info["total_bytes"] >= MINIMUM_SHM_BYTES
     return Check("/dev/shm", ok, format_shm(info),
                  "" if ok else "too small for several workers: in Docker use --shm-size=2g "
-                               "or --ipc=host (notebook 08 shows the failure)",
+                               "or --ipc=host (notebook 10 shows the failure)",
                  blocking=False)
 
 

@@ -4,8 +4,8 @@
 :class:`BatchedSqliteDataset` adds ``__getitems__``, one ``SELECT … WHERE id IN (…)``
 per batch. The query is real work (parse, plan, page reads, Python objects per
 row). ``request_wait_s`` adds a modelled network round trip per query, as a
-database server or object store would (SOURCES.md section 4: time to first byte
-on remote storage), and ``item_cpu_s`` the per-sample CPU work (decoding,
+database server or object store would (time to first byte on remote
+storage), and ``item_cpu_s`` the per-sample CPU work (decoding,
 augmenting) that batching cannot remove. Both are stated, never hidden.
 
 Each process opens its own connection on first use (a connection cannot be

@@ -1,6 +1,6 @@
 """The step-time model, drawn next to every measurement.
 
-Notation (per batch, in seconds), after the blog post in SOURCES.md section 2, with one
+Notation (per batch, in seconds), after a 2020 blog post on choosing ``num_workers``, with one
 definition of each quantity used everywhere in the lab:
 
 * ``batch_load_s`` (n): building one batch in a worker (dataset access + ``collate_fn``);

@@ -255,7 +255,8 @@ class TimelineExplorer:
             f"<p><b>Run {self.runs}:</b> <code>{html.escape(tl.describe())}</code> — "
             f"{s['batches']} batches in {s['wall_s']:.2f} s; "
             f"the loop waited for data {s['wait_fraction']:.0%} of the time. The model "
-            f"recommends {model['recommended_workers']} worker(s) for these costs.</p>"
+            f"recommends {model['recommended_workers']} worker(s) for these costs "
+            "(x = ⌈n / y⌉: the explorer leaves out the hand-over m).</p>"
             "<table><tr><th></th><th>measured</th><th>model</th></tr>"
             f"{table}</table>{notes_html}"
         )

@@ -1,8 +1,8 @@
 """Make the reference figures in images/ from real runs (full sizes, never smoke mode).
 
-* The blog experiment (SOURCES.md section 2, notebook 01): 20 items that each wait 1 s, batch
+* The blog experiment (a 2020 post on choosing num_workers, notebook 01): 20 items that each wait 1 s, batch
   size 1, a modelled 0.25 s step, 0-4 workers.
-* Notebook 03: slow samples (1 in 6 is 6x slower) with prefetch_factor 1 vs 4.
+* Notebook 03: slow samples (1 in 7 is 6x slower) with prefetch_factor 1 vs 4.
 * Notebook 05: worker start-up by start method (and forkserver with preload), each in a fresh
   process; 6 short epochs with spawn, persistent_workers off vs on.
 * Notebook 07: a per-batch main-process transform in the loop's thread vs a prefetch thread.
@@ -70,14 +70,14 @@ def blog(where: str) -> None:
 
 def core_series(where: str) -> None:
     step = helpers.ModelledStep(0.1)
-    slow = helpers.WorkDataset(36, item_wait_s=0.08, slow_every=6, slow_factor=6.0)
+    slow = helpers.WorkDataset(36, item_wait_s=0.08, slow_every=7, slow_factor=6.0)
     runs = [
         helpers.record(DataLoader(slow, num_workers=2, prefetch_factor=pf), step, progress=False)
         for pf in (1, 4)
     ]
     fig = helpers.plot_timelines(
         runs,
-        titles=[f"prefetch_factor=1, 1 item in 6 is 6x slower ({where})", "prefetch_factor=4"],
+        titles=[f"prefetch_factor=1, 1 item in 7 is 6x slower ({where})", "prefetch_factor=4"],
         label_batches=False,
     )
     fig.savefig(OUT / "prefetch_slow_samples.png", dpi=100)

@@ -127,7 +127,16 @@ def sizing_case(load_for=None, after_start_s=0.5, frozen_s=0.0, start_method="fo
     from helpers.lessons.num_workers import Calibration
     from helpers.pauses import CollectionTimes
 
-    cal = Calibration(n=0.14, y=0.05, m=0.002, in_worker=0.0, in_pipe=0.0, unpickle=0.002, iterator=0.0)
+    cal = Calibration(
+        n=0.14,
+        y=0.05,
+        m=0.002,
+        handover=0.003,
+        in_worker=0.0005,
+        in_pipe=0.0005,
+        unpickle=0.002,
+        iterator=0.0,
+    )
     load_for = load_for or {}
     verify = {
         w: helpers.as_timeline(
@@ -183,7 +192,7 @@ def prefetch_case(ahead_depth_for=None, slow_factor=6.0, bursty_depths=(1, 4), s
         )
         for pf in (1, 4)
     }
-    slow = helpers.WorkDataset(36, item_wait_s=0.016, slow_every=6, slow_factor=slow_factor)
+    slow = helpers.WorkDataset(36, item_wait_s=0.016, slow_every=7, slow_factor=slow_factor)
     loads = [0.016 * slow._factor(i) for i in range(36)]
     bursty = {
         pf: helpers.as_timeline(helpers.simulate(36, loads, step_s, 2, prefetch_factor=depth), num_workers=2)

@@ -18,11 +18,12 @@ class Calibration:
 
     n: float  #: building a batch in a worker (median fetch)
     y: float  #: the step (median)
-    m: float  #: the hand-over the loop waits through: worker done → batch in the loop's hands (median)
+    m: float  #: the loop thread's own work per batch: unpickling it + the DataLoader's bookkeeping
+    handover: float  #: worker done → batch in the loop's hands, while the loop waited (latency)
     in_worker: float  #: fetch done → the worker's queue thread sent it
     in_pipe: float  #: sent → the main process starts unpickling
-    unpickle: float  #: rebuilding its tensors from shared memory
-    iterator: float  #: unpickled → in the loop's hands (the DataLoader's bookkeeping)
+    unpickle: float  #: rebuilding its tensors from shared memory (in the loop's thread)
+    iterator: float  #: unpickled → in the loop's hands (the DataLoader's bookkeeping, loop's thread)
 
     @property
     def recommended(self) -> int:
@@ -30,8 +31,10 @@ class Calibration:
 
 
 def calibrate(tl: Timeline) -> Calibration:
-    """n, y and m from a recording (1 worker is best: each fetch runs alone). m counts only
-    batches the loop was already waiting for, so it is the hand-over itself."""
+    """n, y and m from a recording (1 worker is best: each fetch runs alone). The hand-over is
+    read off batches the loop was already waiting for; only its parts in the loop's own thread
+    (unpickling, bookkeeping) are m: the worker's send and the pipe overlap the step once the
+    workers are ahead."""
     waited = [b for b in tl.batches if b.wait_start <= b.fetch_end and b.sent is not None]
     if not waited:
         raise ValueError("no batch arrived while the loop waited: calibrate with fewer workers or a "
@@ -42,7 +45,8 @@ def calibrate(tl: Timeline) -> Calibration:
 
     return Calibration(
         n=med(b.fetch_s for b in tl.batches), y=med(b.step_s for b in tl.batches),
-        m=med(b.ready - b.fetch_end for b in waited),
+        m=med(b.ready - b.received_start for b in waited),
+        handover=med(b.ready - b.fetch_end for b in waited),
         in_worker=med(b.sent - b.fetch_end for b in waited),
         in_pipe=med(b.received_start - b.sent for b in waited),
         unpickle=med(b.receive_s for b in waited),
