@@ -10,7 +10,8 @@
   worker). With ``pin_memory=True`` the pin thread calls the envelope's ``pin_memory``,
   which pins the batch inside exactly as the DataLoader would, and times it.
 * **In the main process** :class:`GcMonitor` records Python's garbage-collection pauses
-  (``gc.callbacks``): a full collection stops every thread of the training process.
+  (``gc.callbacks``): a full collection holds the GIL, so every thread of the training
+  process that runs Python — the loop, the pin thread — stops (workers are other processes).
 * **Around a prefetcher** (``record(wrap=...)``) :class:`PrefetcherTimer` times the
   prefetcher's per-batch work from outside the class, by replacing the instance's
   ``transform`` or ``copy_to_device`` attribute with a timed wrapper (CUDA events on the

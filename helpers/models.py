@@ -62,7 +62,8 @@ class TutorialNet(nn.Module):
 
 
 class ForumMLP(nn.Sequential):
-    """The forum thread's MLP ("why is my training slower with num_workers?"): 784 -> 600 -> 300 -> 100 -> 10."""
+    """The forum thread's MLP ("why is my training slower with num_workers?"):
+    784 -> 600 -> 300 -> 100 -> 10."""
 
     def __init__(self):
         super().__init__(

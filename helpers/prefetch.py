@@ -54,8 +54,8 @@ class ThreadPrefetcher:
     It overlaps with the loop wherever the loop's thread does not need the CPU or the
     GIL: a step on an accelerator (or the modelled one), I/O, or torch ops that
     release the GIL. Pure-Python transforms still take turns with Python in the loop.
-    Errors in the thread are raised in the loop; :meth:`close` stops the thread (the
-    loop's ``for`` does it when it ends or breaks).
+    Errors in the thread are raised in the loop; :meth:`close` stops the thread (it runs
+    when the iteration ends, or when the generator is closed or dropped).
     """
 
     def __init__(self, source: Iterable[Any], transform: Callable[[Any], Any], *, depth: int = 2):
@@ -140,8 +140,8 @@ class DevicePrefetcher(ThreadPrefetcher):
       must be pinned (``pin_memory=True``) for the copy to be asynchronous at all.
     * **An event per copy**: recorded on the side stream right after copy s was queued.
       Before handing batch s out, the loop's stream ``wait_event``-s it: the step's kernels
-      run after *this batch's* copy and after nothing else (waiting for the whole side
-      stream would also wait for copies of later batches queued meanwhile). The host
+      run after *this batch's* copy and after nothing queued after it (``wait_stream`` on
+      the side stream would also wait for any later batch's copy queued by then). The host
       does not block.
     * **record_stream**: the batch's memory was allocated on the side stream; PyTorch's
       caching allocator reuses freed blocks per stream. ``record_stream(loop's stream)``
@@ -208,8 +208,9 @@ class SerialisedDevicePrefetcher:
     """The lab's former device prefetcher, kept to measure what :class:`DevicePrefetcher`
     fixes. Do not copy it: it pulls batch s+1 from the loader and queues its copy *before*
     handing out batch s, then makes the loop's stream wait for the whole side stream — so
-    the step on batch s also waits for copy s+1 (copy and step are serialised), and the
-    loop waits for the loader's next batch before it may step on this one."""
+    the step on batch s also waits for copy s+1 (with a sync per step, such as
+    ``loss.item()``, copy and step are serialised), and the loop waits for the loader's
+    next batch before it may step on this one."""
 
     def __init__(self, source: Iterable[Any], device: torch.device | str):
         self.source = source

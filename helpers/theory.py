@@ -7,7 +7,10 @@ definition of each quantity used everywhere in the lab:
 * ``step_s`` (y): the training step;
 * ``main_s`` (m): what the main process does per batch **on the loop's path**, besides
   the step: receiving the batch from shared memory, a per-batch transform, a copy the
-  loop makes. It runs in the loop's thread, between steps, so it cannot overlap them;
+  loop makes. It runs in the thread that calls the DataLoader's ``next()`` — the loop's,
+  between steps — so it cannot overlap them. (With ``pin_memory=True`` the pin thread
+  receives the batches, and a prefetch thread that iterates the loader does too: then
+  that work leaves the loop's path, as far as the GIL allows.);
 * ``num_workers`` (x).
 
 Synchronous loop (x = 0): every batch costs ``n + m + y``: nothing overlaps. With x

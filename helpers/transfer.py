@@ -190,8 +190,9 @@ def pinned_block_bytes(nbytes: int) -> int:
 
 def pinned_budget_bytes(batch: Any, num_workers: int, prefetch_factor: int) -> int:
     """Pinned memory a ``pin_memory=True`` loader can hold at once (bytes): up to
-    ``num_workers × prefetch_factor`` batches in flight plus the one the loop holds and the
-    one it just dropped, each tensor in a power-of-two block. The caching host allocator
+    ``num_workers × prefetch_factor`` batches in flight (``next()`` sends a new task before it
+    returns), plus the batch ``next()`` returns, plus the previous one the loop still holds,
+    each tensor in a power-of-two block. The caching host allocator
     keeps freed blocks for reuse, so the process keeps this much pinned after the peak."""
     per_batch = sum(pinned_block_bytes(t.element_size() * t.nelement()) for t in tensors_in(batch))
     return (num_workers * prefetch_factor + 2) * per_batch
