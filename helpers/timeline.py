@@ -374,6 +374,7 @@ class Timeline:
         events.append({"name": "process_name", "ph": "M", "pid": 1,
                        "args": {"name": f"DataLoader ({self.describe()})"}})
         path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}))
         return path
 

@@ -270,7 +270,7 @@ def test_summary_numbers_are_consistent():
 def test_chrome_trace_has_one_track_per_worker_and_one_for_the_loop(tmp_path):
     loader = make_loader(helpers.WorkDataset(6, item_wait_s=0.01), num_workers=3, prefetch_factor=2)
     tl = helpers.record(loader, helpers.ModelledStep(0.005))
-    path = tl.to_chrome_trace(tmp_path / "trace.json")
+    path = tl.to_chrome_trace(tmp_path / "not yet made" / "trace.json")  # the folder is created
     events = json.loads(path.read_text())["traceEvents"]
     names = {e["args"]["name"] for e in events if e.get("name") == "thread_name"}
     assert names == {"training loop", "worker 0", "worker 1", "worker 2",
