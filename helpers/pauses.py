@@ -51,18 +51,27 @@ class CollectionTimes:
 
 
 def measure_collections(start_workers: Callable[[], Any], start_method: str,
-                        repeats: int = 3) -> CollectionTimes:
-    """Time full collections alone, right after ``start_workers()`` returned an iterator with
-    live workers (its first batch taken), again, and after ``gc.freeze()`` (undone at the end).
-    The workers are shut down before returning."""
+                        repeats: int = 5) -> CollectionTimes:
+    """Time full collections alone (``repeats`` times), right after ``start_workers()`` returned an
+    iterator with live workers, again, and after ``gc.freeze()`` (undone at the end). Automatic
+    collections are off from the start of the workers to the measured one. The workers are shut
+    down before returning."""
     objects = len(gc.get_objects())
     alone = [full_collection_s() for _ in range(repeats)]
-    iterator = start_workers()
+    # No automatic collection between the fork and the measured one: it would copy the shared
+    # pages first, and the measured collection would find them private already.
+    was_enabled = gc.isenabled()
+    gc.disable()
+    iterator = None
     try:
+        iterator = start_workers()
         after_start = full_collection_s()
         again = full_collection_s()
     finally:
-        torch_internals.shutdown_workers(iterator)
+        if was_enabled:
+            gc.enable()
+        if iterator is not None:
+            torch_internals.shutdown_workers(iterator)
         del iterator
     gc.freeze()
     try:

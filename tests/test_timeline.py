@@ -349,3 +349,15 @@ def test_torch_internals_self_check_names_what_moved(monkeypatch):
     monkeypatch.setattr(torch_internals, "pin_batch", lambda data: data)
     with pytest.raises(torch_internals.TorchInternalsChanged, match=r"pin_memory\.pin_memory.*make lab"):
         torch_internals.self_check()
+
+
+def test_collections_are_measured_with_the_collector_restored():
+    import gc
+
+    from helpers import pauses
+
+    loader = make_loader(helpers.WorkDataset(8, item_wait_s=0.01), num_workers=2, start_method="fork")
+    times = pauses.measure_collections(lambda: helpers.lessons.num_workers.first_batch_taken(loader), "fork",
+                                       repeats=2)
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    assert len(times.alone_s) == 2 and times.after_start_s > 0 and times.frozen_median_s < times.alone_median_s
