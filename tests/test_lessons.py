@@ -396,7 +396,7 @@ def test_startup_checks_fail_when_state_or_memory_behave_otherwise():
     assert failed == [
         "the pitfall is real: an attribute set between epochs never reaches persistent workers",
         "an idle forked worker's own memory (USS) is a small part of its RSS",
-        "an idle spawned worker's memory is mostly its own",
+        "an idle spawned worker holds far more memory of its own than a forked one (5× or more)",
     ]
 
 
