@@ -8,7 +8,7 @@ forkserver does not pay for matplotlib or ipywidgets.
 
 Layers, bottom to top: ``config``, ``torch_internals``, ``system``, ``transfer`` →
 ``datasets``, ``storage``, ``models``, ``settings``, ``hooks``, ``timeline``,
-``recorder``, ``workers``, ``failures``, ``prefetch`` → ``theory``, ``checks``,
+``recorder``, ``workers``, ``failures``, ``prefetch``, ``predict`` → ``theory``, ``checks``,
 ``analysis``, ``lessons``, ``setup_check`` → ``plots``, ``widgets``.
 """
 
@@ -43,6 +43,7 @@ from .datasets import (
 from .failures import ShmMonitor, run_demo, shm_sandbox_available, shm_used_bytes, torch_segments
 from .hooks import MAIN_PROCESS
 from .models import ForumMLP, ModelledStep, TrainStep, TutorialNet
+from .predict import Prediction
 from .prefetch import BatchTransform, DevicePrefetcher, SerialisedDevicePrefetcher, ThreadPrefetcher
 from .recorder import record
 from .report import Table, progress, table
@@ -119,7 +120,7 @@ __all__ = [
     "TaggedDataset", "TutorialDataset", "WorkDataset", "WorkStream", "burn_cpu", "mnist_like",
     "ShmMonitor", "run_demo", "shm_sandbox_available", "shm_used_bytes", "torch_segments",
     "ForumMLP", "ModelledStep", "TrainStep", "TutorialNet",
-    "BatchTransform", "DevicePrefetcher", "SerialisedDevicePrefetcher", "ThreadPrefetcher",
+    "Prediction", "BatchTransform", "DevicePrefetcher", "SerialisedDevicePrefetcher", "ThreadPrefetcher",
     "batch_nbytes", "copy_bandwidth", "nonblocking_readback_trap", "pin_memory_warning",
     "pinned_budget_bytes", "to_device",
     "EpochEchoDataset", "EpochSampler", "SharedEpoch", "epochs_seen", "process_memory", "worker_memory",
