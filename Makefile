@@ -9,7 +9,7 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 QUICK ?= $(DLLAB_SMOKE)
 START_METHOD ?= $(DLLAB_START_METHOD)
 
-.PHONY: lab test unit notebooks browser lint stress start-methods figures figures-gpu benchmark readme strip clean
+.PHONY: lab test unit notebooks browser lint stress start-methods handouts slides figures figures-gpu benchmark readme strip clean
 
 # (Re)create the environment when it is missing or pyproject.toml changed.
 $(STAMP): pyproject.toml
@@ -50,6 +50,16 @@ start-methods: $(STAMP)
 browser: $(STAMP)
 	DLLAB_SMOKE=1 TQDM_DISABLE=1 $(BIN)/python -m pytest -m browser -q
 
+# Handouts for after class: every notebook executed here (full size; QUICK=1 for smoke sizes) and
+# rendered as HTML with its outputs, figures and widgets, indexed by the README's table.
+handouts: $(STAMP)
+	TQDM_DISABLE=1 DLLAB_START_METHOD=$(START_METHOD) \
+	  $(BIN)/python scripts/handouts.py $(if $(filter 1 true yes on,$(QUICK)),--quick,)
+
+# Slide metadata for presenting (one rule for every notebook; a test checks it).
+slides: $(STAMP)
+	$(BIN)/python scripts/slides.py --write
+
 figures: $(STAMP)
 	$(BIN)/python scripts/make_figures.py
 
@@ -67,4 +77,4 @@ strip: $(STAMP)
 	$(BIN)/python scripts/strip_outputs.py notebooks/*.ipynb
 
 clean:
-	rm -rf $(VENV) results test-artifacts
+	rm -rf $(VENV) results test-artifacts handouts

@@ -1,8 +1,9 @@
 """Generate the README's notebook table from the notebooks themselves.
 
-Each notebook's title is its first markdown heading; its one-line summary and GPU
-note are in its metadata under ``dataloader_lab``. ``--write`` updates README.md
-between the markers; ``--check`` exits 1 when the README is stale (a test runs it).
+Each notebook's title is its first markdown heading; its one-line summary, GPU note and
+measured run times (``scripts/run_times.py``) are in its metadata under ``dataloader_lab``.
+``--write`` updates README.md and INSTRUCTORS.md between their markers; ``--check`` exits 1
+when either is stale (a test runs it).
 """
 
 from __future__ import annotations
@@ -15,8 +16,11 @@ ROOT = Path(__file__).resolve().parent.parent
 START, END = "<!-- notebooks:start -->", "<!-- notebooks:end -->"
 
 
-def table(root: Path = ROOT) -> str:
-    rows = ["| notebook | what it measures | GPU |", "|---|---|---|"]
+GUIDE_START, GUIDE_END = "<!-- run-times:start -->", "<!-- run-times:end -->"
+
+
+def _notebooks(root: Path) -> list[tuple[Path, str, dict]]:
+    out = []
     for path in sorted((root / "notebooks").glob("[0-9][0-9]_*.ipynb")):
         nb = json.loads(path.read_text())
         heading = next(
@@ -24,31 +28,52 @@ def table(root: Path = ROOT) -> str:
             for cell in nb["cells"] if cell["cell_type"] == "markdown"
             for line in "".join(cell["source"]).splitlines() if line.startswith("# ")
         )
-        meta = nb["metadata"].get("dataloader_lab", {})
+        out.append((path, heading, nb["metadata"].get("dataloader_lab", {})))
+    return out
+
+
+def _run_time(meta: dict) -> str:
+    times = meta.get("run_time_s")
+    return f"{times['full']:.0f} s · {times['quick']:.0f} s" if times else "not measured"
+
+
+def table(root: Path = ROOT) -> str:
+    rows = ["| notebook | what it measures | GPU | run time (full · quick) |", "|---|---|---|---|"]
+    for path, heading, meta in _notebooks(root):
         summary = meta.get("summary", "")
         gpu = meta.get("gpu", "not needed")
-        rows.append(f"| [{heading}](notebooks/{path.name}) | {summary} | {gpu} |")
+        rows.append(f"| [{heading}](notebooks/{path.name}) | {summary} | {gpu} | {_run_time(meta)} |")
     return "\n".join(rows)
 
 
-def render(readme: str, root: Path = ROOT) -> str:
-    before, rest = readme.split(START, 1)
-    _, after = rest.split(END, 1)
-    return f"{before}{START}\n{table(root)}\n{END}{after}"
+def guide_table(root: Path = ROOT) -> str:
+    rows = ["| notebook | full size | quick mode (`QUICK=1`) | measured on |", "|---|---|---|---|"]
+    for path, heading, meta in _notebooks(root):
+        times = meta.get("run_time_s") or {}
+        full = f"{times['full']:.0f} s" if times else "not measured"
+        quick = f"{times['quick']:.0f} s" if times else "not measured"
+        rows.append(f"| [{heading}](notebooks/{path.name}) | {full} | {quick} | {times.get('machine', '')} |")
+    return "\n".join(rows)
+
+
+def render(text: str, body: str, start: str = START, end: str = END) -> str:
+    before, rest = text.split(start, 1)
+    _, after = rest.split(end, 1)
+    return f"{before}{start}\n{body}\n{end}{after}"
 
 
 def main(argv: list[str]) -> int:
-    readme_path = ROOT / "README.md"
-    current = readme_path.read_text()
-    wanted = render(current)
-    if "--write" in argv:
-        readme_path.write_text(wanted)
-        return 0
-    if current != wanted:
-        print("README.md's notebook table is stale: run `make readme`")
-        return 1
-    print(table())
-    return 0
+    stale = []
+    for path, body, start, end in [(ROOT / "README.md", table(), START, END),
+                                   (ROOT / "INSTRUCTORS.md", guide_table(), GUIDE_START, GUIDE_END)]:
+        current = path.read_text()
+        wanted = render(current, body, start, end)
+        if "--write" in argv:
+            path.write_text(wanted)
+        elif current != wanted:
+            stale.append(f"{path.name}'s notebook table is stale: run `make readme`")
+    print("\n".join(stale) or table())
+    return 1 if stale else 0
 
 
 if __name__ == "__main__":
