@@ -19,7 +19,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-NO_PICK = "(no pick)"
+#: In a jupyterlab-slideshow deck the prompts are hidden, but the output area's (invisible)
+#: prompt overlay still lies over the first 64 px of the output — over the radio buttons — and
+#: takes their clicks (found by the browser test). While presenting, let clicks through it.
+DECK_STYLE = ("<style>body[data-jp-deck-mode='presenting'] .jp-OutputArea-promptOverlay"
+              "{pointer-events:none}</style>")
 
 
 @dataclass(frozen=True)
@@ -149,7 +153,7 @@ class Prediction:
         self.skipped: str | None = None
         self._buttons = W.RadioButtons(options=list(self.choices), value=None, layout=W.Layout(width="auto"))
         self._result = W.HTML("<i>Pick one, then run the measurement below.</i>")
-        self.widget = W.VBox([W.HTML(f"<b>Predict:</b> {html.escape(question)}"), self._buttons,
+        self.widget = W.VBox([W.HTML(f"{DECK_STYLE}<b>Predict:</b> {html.escape(question)}"), self._buttons,
                               self._result], layout=W.Layout(border="1px solid #d0d7de", padding="6px"))
         self.widget.add_class("dllab-prediction")
         self._buttons.observe(self._on_pick, "value")

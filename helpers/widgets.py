@@ -248,8 +248,9 @@ class TimelineExplorer:
             f"<tr><td>{name}</td><td>{measured:.3f}</td><td>{predicted:.3f}</td></tr>"
             for name, measured, predicted in rows
         )
-        notes = "".join(f"<li>{html.escape(str(w.message))}</li>" for w in caught
-                        if issubclass(w.category, UserWarning))
+        # once each: the DataLoader checks its worker count in __init__ and again in every iter()
+        messages = dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, UserWarning))
+        notes = "".join(f"<li>{html.escape(m)}</li>" for m in messages)
         notes_html = f"<p><b>PyTorch warned:</b></p><ul>{notes}</ul>" if notes else ""
         return (
             f"<p><b>Run {self.runs}:</b> <code>{html.escape(tl.describe())}</code> — "

@@ -28,6 +28,7 @@ pytestmark = pytest.mark.browser
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ["01_baseline_loop.ipynb", "05_worker_startup.ipynb"]
 PRESENTED = "03_prefetch_factor.ipynb"
+ONSCREEN = ".jp-deck-mod-visible"  # the cells jupyterlab-slideshow shows now (fragments once revealed)
 ARTIFACTS = ROOT / "test-artifacts"
 CHROMIUM_FLAGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -143,7 +144,7 @@ def test_explorer_renders_and_redraws_in_jupyterlab(lab, notebook):
 
 def test_presenting_live_with_working_widgets(lab):
     """The instructor's flow: Run All, select the title, start the deck, walk the slides with
-    Space; vote in the prediction; on the explorer's slide move a slider, press Run, and the
+    the remote; vote in the prediction; on the explorer's slide move a slider, press Run, and the
     timeline redraws inside the slide."""
     from playwright.sync_api import sync_playwright
 
@@ -164,27 +165,29 @@ def test_presenting_live_with_working_widgets(lab):
             page.screenshot(path=str(ARTIFACTS / f"deck-{stem}-title.png"))
 
             # Walk forward to the prediction; the room's vote is a click.
-            _space_until(page, ".dllab-prediction input[type=radio]")
+            _space_until(page, f"{ONSCREEN} .dllab-prediction input[type=radio]")
             page.screenshot(path=str(ARTIFACTS / f"deck-{stem}-prediction.png"))
-            page.locator(".dllab-prediction input[type=radio]").last.click()
+            page.locator(f"{ONSCREEN} .dllab-prediction input[type=radio]").last.click()
             page.wait_for_function("Array.from(document.querySelectorAll('.dllab-prediction'))"
                                    ".some(w => w.innerText.includes('your pick'))", timeout=30_000)
 
             # On to the explorer's slide: move num_workers, press Run, the figure redraws.
-            _space_until(page, ".widget-hslider .noUi-handle")
+            _space_until(page, f"{ONSCREEN} .widget-hslider .noUi-handle")
             before_src = _timeline_src(page)
-            handle = page.locator(".widget-hslider .noUi-handle").first
+            handle = page.locator(f"{ONSCREEN} .widget-hslider .noUi-handle").first
             handle.focus()
             handle.press("ArrowRight")
-            page.locator(".widget-button", has_text="Run").first.click()
+            page.locator(f"{ONSCREEN} .widget-button", has_text="Run").first.click()
             page.wait_for_function("document.body.innerText.includes('Run 2:')", timeout=120_000)
-            _wait_for_timeline_image(page)
-            assert _timeline_src(page) != before_src, "the timeline did not redraw"
+            # The summary is written before the figure: wait for the image itself to change.
+            page.wait_for_function(f"({TIMELINE_SRC_JS}) !== {json.dumps(before_src)}", timeout=60_000)
             assert page.locator("body[data-jp-deck-mode='presenting']").count() == 1, "left the deck"
             body = page.inner_text("body")
             assert "Error displaying widget" not in body and "VBox(children=" not in body
             assert page_errors == [], page_errors
             page.screenshot(path=str(ARTIFACTS / f"deck-{stem}-explorer.png"))
+            page.locator(f"{ONSCREEN} .widget-output img").last.scroll_into_view_if_needed()
+            page.screenshot(path=str(ARTIFACTS / f"deck-{stem}-explorer-figure.png"))
         except Exception:
             ARTIFACTS.mkdir(exist_ok=True)
             page.screenshot(path=str(ARTIFACTS / f"deck-failure-{stem}.png"))
@@ -218,20 +221,26 @@ def _open_and_run_all(page, lab, notebook: str) -> None:
     raise AssertionError(f"Run All Cells did not start {notebook}'s cells in 2 minutes")
 
 
-def _space_until(page, selector: str, presses: int = 80) -> None:
-    """Press Space (next fragment, subslide or slide) until ``selector`` is on screen."""
-    for _ in range(presses):
+def _space_until(page, selector: str, steps: int = 80) -> None:
+    """Walk the deck (the remote's down button while there is a fragment or subslide below,
+    else forward: what Space does) until ``selector`` is on screen."""
+    remote = ".jp-Deck-Remote button.jp-deck-mod-direction-"
+    for _ in range(steps):
         if page.locator(selector).first.is_visible():
             return
-        page.evaluate("document.activeElement && document.activeElement.blur()")  # not a radio's Space
-        page.keyboard.press("Space")
+        down = page.locator(remote + "down" + ":not(.jp-mod-disabled)")  # disabled: a class, not an attribute
+        (down if down.count() else page.locator(remote + "forward")).first.click()
         page.wait_for_timeout(150)  # the deck animates its move; the loop re-checks the condition
-    raise AssertionError(f"no slide showed {selector} after {presses} presses of Space")
+    remote_html = page.inner_html(".jp-Deck-Remote") if page.locator(".jp-Deck-Remote").count() else "none"
+    raise AssertionError(f"no slide showed {selector} after {steps} steps; the remote: {remote_html[:1500]}")
+
+
+TIMELINE_SRC_JS = ("Array.from(document.querySelectorAll('.widget-output img'))"
+                   ".filter(img => img.naturalWidth > 100).map(img => img.src).join('|')")
 
 
 def _timeline_src(page) -> str:
-    return page.evaluate("Array.from(document.querySelectorAll('.widget-output img'))"
-                         ".filter(img => img.naturalWidth > 100).map(img => img.src).join('|')")
+    return page.evaluate(TIMELINE_SRC_JS)
 
 
 def _wait_for_timeline_image(page) -> None:
