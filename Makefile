@@ -63,7 +63,7 @@ slides: $(STAMP)
 figures: $(STAMP)
 	$(BIN)/python scripts/make_figures.py
 
-# The GPU reference figures (needs CUDA; notebooks 06, 07 and 11 show them on CPU-only machines).
+# The GPU reference figures (needs CUDA; notebooks 06 and 07 show them on CPU-only machines).
 figures-gpu: $(STAMP)
 	$(BIN)/python scripts/make_gpu_figures.py
 

@@ -14,10 +14,18 @@ Choices are predictions derived from the notebook's settings, never measurements
 from __future__ import annotations
 
 import html
+import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+#: The latest prediction under each key, and the results file that holds it once the
+#: notebook's ``save_results`` cell has run: a vote clicked later (in class, after Run All)
+#: is written there too.
+_LIVE: dict[str, Prediction] = {}
+_SAVED_IN: dict[str, Path] = {}
 
 #: In a jupyterlab-slideshow deck the prompts are hidden, but the output area's (invisible)
 #: prompt overlay still lies over the first 64 px of the output — over the radio buttons — and
@@ -158,10 +166,13 @@ class Prediction:
         self.widget.add_class("dllab-prediction")
         self._buttons.observe(self._on_pick, "value")
         self._measured: float | str | None = None
+        _LIVE[key] = self  # a re-run of the cell (a fresh vote) replaces the earlier one
 
     def _on_pick(self, _change) -> None:  # a vote after the run: the table follows the pick
         if self.answer is not None:
             self.reveal(self._measured)
+        else:
+            self._persist()
 
     @property
     def pick(self) -> str | None:
@@ -178,7 +189,20 @@ class Prediction:
         self.answer = compare(self.question, self.choices, measured, self.pick, self.unit)
         self._measured = measured
         self._result.value = answer_html(self.answer)
+        self._persist()
         return self
+
+    def _persist(self) -> None:
+        """Once the results file holds this prediction, keep it up to date with the pick."""
+        path = _SAVED_IN.get(self.key)
+        if path is None or _LIVE.get(self.key) is not self or not path.exists():
+            return
+        payload = json.loads(path.read_text())
+        revealed = self.answer is not None or self.skipped is not None
+        entry = self.result() if revealed else {  # a fresh vote, its measurement not re-run yet
+            self.key: {"question": self.question, "pick": self.pick, "measured": None, "unit": self.unit}}
+        payload.setdefault("results", {}).update(entry)
+        path.write_text(json.dumps(payload, indent=2, sort_keys=True))
 
     def skip(self, reason: str) -> Prediction:
         """The measurement could not be made here (e.g. no /dev/shm): say why instead of an answer."""
@@ -207,3 +231,10 @@ class Prediction:
             import ipywidgets as W
 
             display(W.HTML(self._result.value))
+
+
+def saved(path: Path, results: dict[str, Any]) -> None:
+    """Called by ``save_results``: predictions in ``results`` now live in ``path``."""
+    for key, value in results.items():
+        if key in _LIVE and isinstance(value, dict) and "question" in value:
+            _SAVED_IN[key] = path

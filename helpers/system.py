@@ -172,4 +172,7 @@ def save_results(notebook: str, results: dict[str, Any]) -> Path:
         "results": results,
     }
     path.write_text(json.dumps(payload, indent=2, sort_keys=True))
+    from .predict import saved  # a prediction's later picks (a vote in class) update this file
+
+    saved(path, results)
     return path

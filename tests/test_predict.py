@@ -92,3 +92,24 @@ def test_a_pick_after_the_run_updates_the_answer():
     assert "nobody picked" in guess._result.value
     guess.pick = "1 s"
     assert "← your pick" in guess._result.value and guess.result()["per_batch"]["pick"] == "1 s"
+
+
+def test_a_vote_after_save_results_is_written_to_the_results_file(tmp_path, monkeypatch):
+    import json
+
+    import helpers
+
+    monkeypatch.setenv("DLLAB_RESULTS_DIR", str(tmp_path))
+    guess = Prediction("per_batch_vote", "q", CHOICES, unit="s").reveal(0.5)
+    path = helpers.save_results("99_test", {**guess.result(), "other": 1})
+    assert json.loads(path.read_text())["results"]["per_batch_vote"]["pick"] is None
+    guess.pick = "1 s"  # the room votes after Run All
+    saved = json.loads(path.read_text())["results"]
+    assert saved["per_batch_vote"]["pick"] == "1 s" and saved["other"] == 1
+    fresh = Prediction("per_batch_vote", "q", CHOICES, unit="s")  # the cell re-run for a fresh vote
+    fresh.pick = "0.25 s"
+    assert json.loads(path.read_text())["results"]["per_batch_vote"]["pick"] == "0.25 s"
+    guess.pick = "1.25 s"  # the replaced widget no longer writes
+    assert json.loads(path.read_text())["results"]["per_batch_vote"]["pick"] == "0.25 s"
+    fresh.reveal(0.26)
+    assert json.loads(path.read_text())["results"]["per_batch_vote"]["closest"] == "0.25 s"

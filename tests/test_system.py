@@ -51,3 +51,34 @@ def test_torch_threads_sets_and_restores_even_on_error():
     with pytest.raises(ValueError, match="n >= 1"):
         with helpers.torch_threads(0):
             pass
+
+
+class _Queue:
+    closed = False
+
+    def cancel_join_thread(self):
+        pass
+
+    def close(self):
+        self.closed = True
+
+
+class _Iterator:
+    def __init__(self, error):
+        self.error, self._index_queues = error, [_Queue(), _Queue()]
+
+    def _shutdown_workers(self):
+        raise self.error
+
+
+def test_a_worker_dying_at_shutdown_is_a_warning_and_other_errors_raise():
+    from helpers.torch_internals import WorkerDiedAtShutdown, shutdown_workers
+
+    died = _Iterator(RuntimeError("DataLoader worker (pid 28315) is killed by signal: Aborted. "))
+    with pytest.warns(WorkerDiedAtShutdown, match="killed by signal: Aborted"):
+        shutdown_workers(died)
+    assert all(q.closed for q in died._index_queues)
+    with pytest.raises(RuntimeError, match="something else"):
+        shutdown_workers(_Iterator(RuntimeError("something else")))
+    with pytest.raises(ValueError):
+        shutdown_workers(_Iterator(ValueError("DataLoader worker")))
