@@ -292,6 +292,9 @@ def test_limits_checks_report_busy_cores_and_many_cores_as_premises():
     runs, data_paths, training = cpu_case()
     busy = limits.checks(runs, 2, 1.1, data_paths, training)  # another program holds a core
     assert [c.passed for c in busy[:3]] == [None, None, None] and "1.10 of 2 cores" in busy[0].premise
+    assert busy[5].passed is None and "more processes win a larger share" in busy[5].premise
+    _, _, losing = cpu_case(train_batch_sampler_s=0.69)  # what `make stress` measured: 1.08×
+    assert limits.checks(runs, 2, 1.3, data_paths, losing)[5].passed is None
     many = limits.checks(runs, 16, 15.9, data_paths, training)  # 16 cores: 4 workers never exceed them
     assert many[3].passed is None and "16 cores" in many[3].premise
     assert "still growing" in limits.cpu_reading(limits.speedups(runs), 16, 15.9)

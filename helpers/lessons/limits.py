@@ -82,10 +82,19 @@ def checks(
             what="batch sampler ÷ the best per-sample run",
         )
     )
+    claim = "training on in-memory data: a batch sampler with 0 workers beats 4 workers"
+    ratio = training["batch sampler, 0 workers"] / training["per-sample, 4 workers"]
+    if cores_free < cores - 0.3:
+        # The model's step runs on the CPU here: with another program on the cores, the scheduler
+        # shares them per thread, so 4 workers + the loop win more of them than the loop alone —
+        # the comparison would measure the competition (found by `make stress`).
+        out.append(premise_failed(claim, f"{ratio:.2f}×", f"only {cores_free:.2f} of {cores} cores were "
+                                  "free: other programs share them, and more processes win a larger share"))
+        return out
     out.append(
         at_most(
-            "training on in-memory data: a batch sampler with 0 workers beats 4 workers",
-            training["batch sampler, 0 workers"] / training["per-sample, 4 workers"],
+            claim,
+            ratio,
             0.75,
             unit="×",
             what="wall time ratio",
