@@ -40,7 +40,14 @@ from .datasets import (
     burn_cpu,
     mnist_like,
 )
-from .failures import ShmMonitor, run_demo, shm_sandbox_available, shm_used_bytes, torch_segments
+from .failures import (
+    ShmMonitor,
+    child_processes,
+    run_demo,
+    shm_sandbox_available,
+    shm_used_bytes,
+    torch_segments,
+)
 from .hooks import MAIN_PROCESS
 from .models import ForumMLP, ModelledStep, TrainStep, TutorialNet
 from .predict import Prediction
@@ -118,7 +125,7 @@ __all__ = [
     "available_cores", "is_smoke", "results_dir", "seconds", "sized", "start_method",
     "BatchedTensorDataset", "BatchedTutorialDataset", "BatchedWorkDataset", "HostTransform",
     "TaggedDataset", "TutorialDataset", "WorkDataset", "WorkStream", "burn_cpu", "mnist_like",
-    "ShmMonitor", "run_demo", "shm_sandbox_available", "shm_used_bytes", "torch_segments",
+    "ShmMonitor", "child_processes", "run_demo", "shm_sandbox_available", "shm_used_bytes", "torch_segments",
     "ForumMLP", "ModelledStep", "TrainStep", "TutorialNet",
     "Prediction", "BatchTransform", "DevicePrefetcher", "SerialisedDevicePrefetcher", "ThreadPrefetcher",
     "batch_nbytes", "copy_bandwidth", "nonblocking_readback_trap", "pin_memory_warning",

@@ -43,6 +43,27 @@ def shm_used_bytes() -> int | None:
     return (stat.f_blocks - stat.f_bfree) * stat.f_frsize
 
 
+#: Python's own helper processes: started once per process for spawn and forkserver, and kept
+#: alive by design until it exits — not something a DataLoader leaves behind.
+_MP_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
+
+
+def child_processes() -> set[int]:
+    """This process's child processes (recursively), leaving out Python's multiprocessing
+    helpers (the resource tracker and the forkserver, which spawn and forkserver start once)."""
+    import psutil
+
+    out = set()
+    for child in psutil.Process().children(recursive=True):
+        try:
+            cmdline = " ".join(child.cmdline())
+        except psutil.Error:  # it ended meanwhile
+            continue
+        if not any(helper in cmdline for helper in _MP_HELPERS):
+            out.add(child.pid)
+    return out
+
+
 def torch_segments() -> list[str]:
     """Names of PyTorch's shared-memory segments left in ``/dev/shm`` (``torch_*``)."""
     if not SHM.is_dir():

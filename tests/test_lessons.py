@@ -237,13 +237,14 @@ def test_prefetch_checks_fail_when_the_workers_are_slower_than_the_loop_on_avera
 
 
 # -- 04 · what workers speed up ---------------------------------------------------------------------
-def cpu_case(scaling_cores=2, batch_sampler_s=0.02, train_batch_sampler_s=0.3):
+def cpu_case(scaling_cores=2, batch_sampler_s=0.02, train_batch_sampler_s=0.3, startup_s=0.0):
     n, y = 0.05, 0.002
     runs = {}
     for x in range(5):
         # x workers share `scaling_cores` cores: each batch takes longer on the wall clock past that
         load = n if x == 0 else n * max(1.0, x / scaling_cores)
-        runs[x] = helpers.as_timeline(helpers.simulate(24, load, y, x), num_workers=x)
+        plan = helpers.simulate(24, load, y, x, startup_s=startup_s if x else 0.0)
+        runs[x] = helpers.as_timeline(plan, num_workers=x)
     data_paths = {
         "per-sample, 0 workers": 0.06,
         "per-sample, 2 workers": 0.18,
@@ -284,6 +285,15 @@ def test_limits_checks_fail_if_batching_did_not_beat_workers():
         "in memory: one index per batch beats per-sample loading with any number of workers",
         "training on in-memory data: a batch sampler with 0 workers beats 4 workers",
     ]
+
+
+def test_limits_checks_report_a_long_worker_startup_as_a_premise():
+    from helpers.lessons import limits
+
+    runs, data_paths, training = cpu_case(scaling_cores=8, startup_s=2.0)  # spawn at smoke sizes
+    checks = limits.checks(runs, 2, 1.97, data_paths, training)
+    assert [c.passed for c in checks[:3]] == [None, None, None]
+    assert "start-up would dominate the speedup" in checks[0].premise
 
 
 def test_limits_checks_report_busy_cores_and_many_cores_as_premises():
@@ -660,7 +670,8 @@ def test_shared_memory_checks_without_dev_shm_say_so():
 
 # -- 11 · capstone -------------------------------------------------------------------------------
 def capstone_case(
-    walls=(4.7, 3.2, 3.2, 3.1, 3.05, 2.95), persistent_startup=0.0, model_factor=1.0, bound=2.9
+    walls=(4.7, 3.2, 3.2, 3.1, 3.05, 2.95), persistent_startup=0.0, model_factor=1.0, bound=2.9,
+    worker_startup=0.04,
 ):
     from helpers.lessons import capstone
 
@@ -668,7 +679,8 @@ def capstone_case(
     measured = {}
     for (name, _stage), wall in zip(chain.items(), walls, strict=True):
         startups = (
-            [0.04] * 3 if name in ("+ workers, prefetch 2", "+ pin_memory") else [persistent_startup] * 3
+            [worker_startup] * 3 if name in ("+ workers, prefetch 2", "+ pin_memory")
+            else [persistent_startup] * 3
         )
         if name == "baseline":
             startups = [0.0] * 3
@@ -679,6 +691,17 @@ def capstone_case(
         measured[name] = tl
     predicted = {name: walls[0] / wall * model_factor for name, wall in zip(chain, walls, strict=True)}
     return measured, chain, bound, predicted
+
+
+def test_capstone_reports_spawn_startup_as_a_premise_and_still_fails_without_it():
+    from helpers.lessons import capstone
+
+    slower = (4.7, 7.8, 7.8, 3.1, 3.05, 2.95)  # what `make start-methods` measured under spawn: 0.60×
+    checks = capstone.checks(*capstone_case(walls=slower, worker_startup=1.5), modelled_step=True)
+    first = next(c for c in checks if c.claim.startswith("+ workers, prefetch 2"))
+    assert first.passed is None and "starting its workers every epoch took 4.50 s" in first.premise
+    checks = capstone.checks(*capstone_case(walls=slower), modelled_step=True)  # fork-sized start-up
+    assert next(c for c in checks if c.claim.startswith("+ workers, prefetch 2")).passed is False
 
 
 def test_capstone_checks_pass_when_the_lesson_holds():
