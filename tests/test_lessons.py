@@ -310,6 +310,17 @@ def test_limits_checks_report_busy_cores_and_many_cores_as_premises():
     assert "still growing" in limits.cpu_reading(limits.speedups(runs), 16, 15.9)
 
 
+def test_limits_checks_report_a_load_that_changed_during_the_runs():
+    from helpers.lessons import limits
+
+    runs, data_paths, training = cpu_case()
+    # as measured beside a second test run: the 0-worker baseline slowed, the others not
+    slowed = {**runs, 0: helpers.as_timeline(helpers.simulate(24, 0.05 * 1.4, 0.002, 0), num_workers=0)}
+    checks = limits.checks(slowed, 2, 1.15, data_paths, training, free_change=0.8)
+    assert [c.passed for c in checks[:3]] == [None, None, None] and "changed by 0.80" in checks[0].premise
+    assert checks[3].passed, "4 workers compared with 2, not with the slowed baseline"
+
+
 # -- 05 · worker start-up ---------------------------------------------------------------------------
 def epochs_timeline(startups, load=0.02, step=0.01, items=6, workers=2, shutdown=0.0, first_gap=None):
     """Several epochs of a simulated loader, laid end to end: epoch e's workers are ready after
@@ -740,3 +751,4 @@ def test_the_capstone_model_predicts_its_own_stages():
     assert curves["baseline"] == [1.0, 1.0]
     # a short step: workers and batching show fully; a long step: little left to gain
     assert curves["+ __getitems__"][0] > 5 and curves["+ __getitems__"][1] < 1.2
+
