@@ -9,7 +9,7 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 QUICK ?= $(DLLAB_SMOKE)
 START_METHOD ?= $(DLLAB_START_METHOD)
 
-.PHONY: lab test unit notebooks browser lint stress start-methods handouts slides figures figures-gpu benchmark readme strip clean
+.PHONY: lab test unit notebooks browser browser-decks lint stress start-methods handouts slides figures figures-gpu benchmark readme strip clean
 
 # (Re)create the environment when it is missing or pyproject.toml changed.
 $(STAMP): pyproject.toml
@@ -49,6 +49,12 @@ start-methods: $(STAMP)
 
 browser: $(STAMP)
 	DLLAB_SMOKE=1 TQDM_DISABLE=1 $(BIN)/python -m pytest -m browser -q
+
+# Before class: present every notebook 01-11 in the browser (deck, vote, slider + Run inside the
+# slide); screenshots in test-artifacts/. `make browser` presents 03 only.
+browser-decks: $(STAMP)
+	DLLAB_SMOKE=1 TQDM_DISABLE=1 DLLAB_DECKS=all $(BIN)/python -m pytest -m browser -q \
+	  -k presenting tests/test_browser.py
 
 # Handouts for after class: every notebook executed here (full size; QUICK=1 for smoke sizes) and
 # rendered as HTML with its outputs, figures and widgets, indexed by the README's table.

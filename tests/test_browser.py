@@ -1,7 +1,7 @@
 """What a person sees: JupyterLab in Chromium runs a notebook (01, and 05 from the core
 series), its explorer renders, and moving a slider + Run redraws the timeline; and an
 instructor presents 03 as slides (jupyterlab-slideshow), votes in its prediction widget and
-redraws the explorer's timeline inside the slide.
+redraws the explorer's timeline inside the slide (``make browser-decks``: every notebook 01-11).
 
 Needs Debian's ``chromium`` (``.ci/run`` installs it) and the ``playwright`` package;
 Playwright drives the system Chromium, it never downloads a browser.
@@ -27,7 +27,14 @@ pytestmark = pytest.mark.browser
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ["01_baseline_loop.ipynb", "05_worker_startup.ipynb"]
-PRESENTED = "03_prefetch_factor.ipynb"
+# The deck test presents 03 (CI); DLLAB_DECKS=all (`make browser-decks`) presents every lesson
+# notebook with an explorer, 01-11, the same way.
+_DECKS = os.environ.get("DLLAB_DECKS", "")
+if _DECKS not in ("", "all"):
+    raise ValueError(f"DLLAB_DECKS={_DECKS!r}: leave it unset (present 03) or set it to 'all'")
+PRESENTED = (sorted(p.name for p in (ROOT / "notebooks").glob("[01][0-9]_*.ipynb")
+                    if not p.name.startswith("00_"))
+             if _DECKS == "all" else ["03_prefetch_factor.ipynb"])
 ONSCREEN = ".jp-deck-mod-visible"  # the cells jupyterlab-slideshow shows now (fragments once revealed)
 ARTIFACTS = ROOT / "test-artifacts"
 CHROMIUM_FLAGS = [
@@ -53,7 +60,7 @@ def lab(tmp_path_factory):
     root = base / "notebooks"
     root.mkdir()
     # Copies: JupyterLab autosaves, and must never write to the committed notebooks.
-    for name in [*NOTEBOOKS, PRESENTED]:
+    for name in {*NOTEBOOKS, *PRESENTED}:
         shutil.copy(ROOT / "notebooks" / name, root / name)
     config_dir = base / "config"
     settings = config_dir / "lab/user-settings/@jupyterlab/apputils-extension"
@@ -142,20 +149,21 @@ def test_explorer_renders_and_redraws_in_jupyterlab(lab, notebook):
             browser.close()
 
 
-def test_presenting_live_with_working_widgets(lab):
+@pytest.mark.parametrize("notebook", PRESENTED)
+def test_presenting_live_with_working_widgets(lab, notebook):
     """The instructor's flow: Run All, select the title, start the deck, walk the slides with
     the remote; vote in the prediction; on the explorer's slide move a slider, press Run, and the
     timeline redraws inside the slide."""
     from playwright.sync_api import sync_playwright
 
     page_errors: list[str] = []
-    stem = Path(PRESENTED).stem
+    stem = Path(notebook).stem
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=lab["chromium"], args=CHROMIUM_FLAGS)
         page = browser.new_page(viewport={"width": 1280, "height": 800})
         page.on("pageerror", lambda error: page_errors.append(str(error)))
         try:
-            _open_and_run_all(page, lab, PRESENTED)
+            _open_and_run_all(page, lab, notebook)
             page.wait_for_function(
                 "document.body.innerText.includes('all lesson checks passed')", timeout=240_000)
             page.locator(".jp-MarkdownCell .jp-InputPrompt").first.click()
