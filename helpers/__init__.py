@@ -8,7 +8,7 @@ forkserver does not pay for matplotlib or ipywidgets.
 
 Layers, bottom to top: ``config``, ``torch_internals``, ``system``, ``transfer`` →
 ``datasets``, ``storage``, ``models``, ``settings``, ``hooks``, ``timeline``,
-``recorder``, ``workers``, ``failures``, ``prefetch``, ``predict`` → ``theory``, ``checks``,
+``recorder``, ``workers``, ``copy_on_read``, ``failures``, ``prefetch``, ``predict`` → ``theory``, ``checks``,
 ``analysis``, ``lessons``, ``setup_check`` → ``plots``, ``widgets``.
 """
 
@@ -28,6 +28,20 @@ from .analysis import (
 )
 from .checks import Check, LessonCheckFailed, LessonChecks, show_checks, timing_noise_s
 from .config import available_cores, is_smoke, results_dir, seconds, sized, start_method
+from .copy_on_read import (
+    STORAGES,
+    MemoryRun,
+    PathDataset,
+    WorkerMemory,
+    encoded_bytes,
+    epoch_workers,
+    extra_uss,
+    make_paths,
+    measure_memory,
+    memory_table,
+    sent_bytes,
+    summarise,
+)
 from .datasets import (
     BatchedTensorDataset,
     BatchedTutorialDataset,
@@ -103,7 +117,9 @@ _LAZY = {
     "plot_ratios": "plots",
     "plot_speedup_curves": "plots",
     "show_reference_figure": "plots",
+    "plot_worker_memory": "plots",
     "TimelineExplorer": "widgets",
+    "MemoryExplorer": "widgets",
 }
 
 
@@ -125,6 +141,8 @@ __all__ = [
     "available_cores", "is_smoke", "results_dir", "seconds", "sized", "start_method",
     "BatchedTensorDataset", "BatchedTutorialDataset", "BatchedWorkDataset", "HostTransform",
     "TaggedDataset", "TutorialDataset", "WorkDataset", "WorkStream", "burn_cpu", "mnist_like",
+    "STORAGES", "MemoryRun", "PathDataset", "WorkerMemory", "encoded_bytes", "epoch_workers", "extra_uss",
+    "make_paths", "measure_memory", "memory_table", "sent_bytes", "summarise",
     "ShmMonitor", "child_processes", "run_demo", "shm_sandbox_available", "shm_used_bytes", "torch_segments",
     "ForumMLP", "ModelledStep", "TrainStep", "TutorialNet",
     "Prediction", "BatchTransform", "DevicePrefetcher", "SerialisedDevicePrefetcher", "ThreadPrefetcher",

@@ -50,16 +50,21 @@ _MP_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
 
 def child_processes() -> set[int]:
     """This process's child processes (recursively), leaving out Python's multiprocessing
-    helpers (the resource tracker and the forkserver, which spawn and forkserver start once)."""
+    helpers (the resource tracker and the forkserver, which spawn and forkserver start once).
+
+    A worker that the forkserver forks keeps the forkserver's command line, so a helper is
+    recognised by its command line *and* by being this process's own child."""
     import psutil
 
+    me = os.getpid()
     out = set()
     for child in psutil.Process().children(recursive=True):
         try:
             cmdline = " ".join(child.cmdline())
+            parent = child.ppid()
         except psutil.Error:  # it ended meanwhile
             continue
-        if not any(helper in cmdline for helper in _MP_HELPERS):
+        if not (parent == me and any(helper in cmdline for helper in _MP_HELPERS)):
             out.add(child.pid)
     return out
 

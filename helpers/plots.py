@@ -353,3 +353,40 @@ def plot_speedup_curves(ratios: Sequence[float], curves: dict[str, Sequence[floa
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="upper right")
     return ax
+
+
+def plot_worker_memory(tl: Timeline, memory, data_bytes: int | None = None, *,
+                       title: str | None = None) -> Figure:
+    """The timeline of a recording (top) and, on the same time axis, each worker's memory
+    sampled while it ran (:class:`helpers.WorkerMemory`): its USS (the pages only it holds)
+    with the data's size as a dotted line, and its PSS (its own pages plus its share of every
+    shared one: what the processes' PSS add up to is the true total)."""
+    rows = len(_rows(tl))
+    top_h = 0.6 + 0.42 * rows
+    fig, (top, uss_ax, pss_ax) = plt.subplots(3, 1, figsize=(12, top_h + 5.4), sharex=True,
+                                              height_ratios=[top_h, 2.7, 1.9], layout="constrained")
+    plot_timeline(tl, top, label_batches=False, title=title)
+    top.set_xlabel("")
+    worker_of = {b.pid: b.worker for b in tl.batches}
+    cmap = matplotlib.colormaps["tab10"]
+    for i, pid in enumerate(memory.pids()):
+        series = memory.series(pid)
+        t = [s.t for s in series]
+        worker = worker_of.get(pid)
+        name = f"worker {worker}" if worker is not None else f"process {pid}"
+        if len(tl.epochs) > 1:
+            name += f" (pid {pid})"
+        colour = cmap((i + 6) % 10)
+        uss_ax.plot(t, [s.uss / 2**20 for s in series], color=colour, linewidth=2, label=name)
+        pss_ax.plot(t, [s.pss / 2**20 for s in series], color=colour, linewidth=1.5, label=name)
+    if data_bytes:
+        uss_ax.axhline(data_bytes / 2**20, color="0.3", linestyle=":", linewidth=1.2,
+                       label=f"the dataset's data, {data_bytes / 2**20:.0f} MiB")
+    for ax, what in ((uss_ax, "USS: pages only this worker holds (MiB)"),
+                     (pss_ax, "PSS: own + share of shared (MiB)")):
+        ax.set_ylim(bottom=0)
+        ax.set_ylabel(what, fontsize=8)
+        ax.grid(alpha=0.3)
+    uss_ax.legend(fontsize=8, loc="lower right", ncols=2)
+    pss_ax.set_xlabel("seconds since the recording started")
+    return fig

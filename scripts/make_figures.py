@@ -8,6 +8,10 @@
 * Notebook 07: a per-batch main-process transform in the loop's thread vs a prefetch thread.
 * Notebook 11: the chain's modelled speedups across step/load ratios, fed with a CPU run of the
   chain (the notebook's own functions).
+* Notebook 12: two forked workers reading 2 million file names kept in a Python list, each
+  worker's USS and PSS under the timeline; the same with persistent workers over two epochs.
+
+``scripts/make_figures.py copy_on_read`` (or ``blog``, ``core_series``) draws one group only.
 
 The workloads are those of the notebooks, through the same helpers. About 4 minutes on 2 cores
 (mostly waiting).
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import sys
 import warnings
 from pathlib import Path
 
@@ -39,8 +44,13 @@ def main() -> None:
     start = helpers.use_start_method()
     machine = helpers.describe_machine()
     where = f"measured on {machine['cores']} cores, torch {machine['torch']}, {start}"
-    blog(where)
-    core_series(where)
+    groups = {"blog": blog, "core_series": core_series, "copy_on_read": copy_on_read}
+    chosen = sys.argv[1:] or list(groups)
+    unknown = [name for name in chosen if name not in groups]
+    if unknown:
+        raise SystemExit(f"unknown figure group(s) {unknown}: choose from {', '.join(groups)}")
+    for name in chosen:
+        groups[name](where)
     print("wrote", *sorted(p.name for p in OUT.glob("*.png")), "in", os.path.relpath(OUT))
 
 
@@ -161,6 +171,24 @@ def core_series(where: str) -> None:
     )
     ax.set_title(f"The tutorial's chain: modelled speedups from this run's costs ({where})", fontsize=9)
     ax.figure.savefig(OUT / "chain_step_ratio.png", dpi=110)
+
+
+
+def copy_on_read(where: str) -> None:
+    if "fork" not in mp.get_all_start_methods():
+        print("copy_on_read: skipped (no fork on this platform)")
+        return
+    paths = helpers.make_paths(2_000_000)
+    for persistent, name in ((False, "copy_on_read_list.png"), (True, "copy_on_read_persistent.png")):
+        loader = DataLoader(helpers.PathDataset(paths, "list"), batch_size=4000, shuffle=True, num_workers=2,
+                            multiprocessing_context="fork", persistent_workers=persistent)
+        run, timeline, memory = helpers.measure_memory(loader, helpers.ModelledStep(0.01),
+                                                       epochs=2 if persistent else 1)
+        title = (f"2 forked workers reading a list of 2,000,000 names ({run.data_bytes / 2**20:.0f} MiB)"
+                 + (", persistent_workers=True, 2 epochs" if persistent else "") + f" — {where}")
+        fig = helpers.plot_worker_memory(timeline, memory, run.data_bytes, title=title)
+        fig.savefig(OUT / name, dpi=100)
+        print(name, "growth per worker (MiB):", [round(g / 2**20, 1) for g in run.growth])
 
 
 if __name__ == "__main__":

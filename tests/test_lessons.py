@@ -753,3 +753,63 @@ def test_the_capstone_model_predicts_its_own_stages():
     # a short step: workers and batching show fully; a long step: little left to gain
     assert curves["+ __getitems__"][0] > 5 and curves["+ __getitems__"][1] < 1.2
 
+
+# -- 12 · copy-on-read ----------------------------------------------------------------------------
+def cow_case(list_extra=1.0, obj_extra=1.0, array_extra=0.0, tensor_sent=200, persistent_same=True,
+             persistent_kept=1.0, fresh_new=2, fresh_extra=1.0, list_mib=100.0, by_value=0.4):
+    from helpers.copy_on_read import EpochWorkers, MemoryRun, MiB
+
+    base = 300 * MiB
+    data = int(list_mib * MiB)
+
+    def run(storage, extra):
+        peak = [int(base + extra * data)] * 2
+        return MemoryRun(storage, "fork", data, [base, base], peak, 0, 0)
+
+    runs = {"none": MemoryRun("none", "fork", 0, [base, base], [base, base + MiB], 0, 0),
+            "list": run("list", list_extra), "object array": run("object array", obj_extra)}
+    runs.update({s: run(s, array_extra) for s in ("numpy bytes", "buffer + offsets", "arrow", "tensor")})
+    encoded = int(0.34 * data)
+    sent = {s: int(by_value * data) for s in ("list", "numpy bytes", "buffer + offsets", "arrow")}
+    sent.update({"tensor": tensor_sent, "none": 60})
+    persistent = EpochWorkers([1, 2], [] if persistent_same else [3, 4],
+                              [int(base + persistent_kept * data)] * 2, [])
+    fresh_peaks = [int(base + fresh_extra * data)] * fresh_new
+    fresh = EpochWorkers([5, 6], list(range(7, 7 + fresh_new)), [], fresh_peaks)
+    return runs, sent, encoded, persistent, fresh
+
+
+def test_copy_on_read_checks_pass_when_the_lesson_holds():
+    from helpers.lessons import copy_on_read
+
+    checks = copy_on_read.checks(*cow_case())
+    assert len(checks) == 10 and all(c.passed for c in checks), [str(c) for c in checks]
+
+
+def test_copy_on_read_checks_fail_when_lists_stay_shared_and_arrays_grow():
+    from helpers.lessons import copy_on_read
+
+    failed = failing(copy_on_read.checks(*cow_case(
+        list_extra=0.1, obj_extra=0.2, array_extra=0.5, tensor_sent=10**8, persistent_same=False,
+        fresh_new=0, by_value=0.1)))
+    assert len(failed) == 10, failed
+
+
+def test_copy_on_read_checks_fail_when_persistence_or_refork_keep_no_copy():
+    from helpers.lessons import copy_on_read
+
+    failed = failing(copy_on_read.checks(*cow_case(persistent_kept=0.1, fresh_extra=0.2)))
+    assert failed == [
+        "with persistent_workers, epoch 2 is served by the same workers, still holding their copy",
+        "without persistent_workers, epoch 2's new workers copy the list again",
+    ]
+
+
+def test_copy_on_read_checks_report_their_premises():
+    from helpers.lessons import copy_on_read
+
+    runs, sent, encoded, *_ = cow_case()
+    no_fork = copy_on_read.checks(None, sent, encoded, None, None)
+    assert [c.passed for c in no_fork] == [None] * 8 + [True, True] and "spawn" in no_fork[0].premise
+    small = copy_on_read.checks(*cow_case(list_mib=2.0))
+    assert [c.passed for c in small[:8]] == [None] * 8 and "use more names" in small[0].premise

@@ -1,0 +1,367 @@
+"""Memory that grows in workers: copy-on-read (notebook 12).
+
+A worker started by ``fork`` begins with every page of the main process shared
+(copy-on-write): nothing is copied until one of the two processes writes to a page.
+CPython keeps a reference count in the header of every object, and merely *reading* an
+object (``path = self.paths[i]``) increments and later decrements it: a write. The kernel
+then copies the 4 KiB page holding that object into the worker. A dataset that holds
+millions of small Python objects (a list of file names, a list of dicts) is copied, page
+by page, into every worker as the worker reads it — PyTorch issue #13246.
+
+A NumPy array, an Arrow array or a tensor is *one* object whose items are raw bytes:
+reading item ``i`` reads the buffer and writes nothing in the shared pages. An
+object-dtype NumPy array is an array of pointers to Python objects: reading an item
+increments that object's count, as with a list.
+
+Everything a worker runs lives here (datasets), with the sampler of worker memory that
+the notebook draws beside the timeline.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from time import perf_counter as clock
+from typing import Any
+
+import numpy as np
+import psutil
+import torch
+from torch.utils.data import Dataset
+
+MiB = 2**20
+
+#: How each storage keeps the same strings. "none" keeps no data (the index is the item):
+#: the reference for what a worker's memory does anyway while it serves an epoch.
+STORAGES = ("list", "object array", "numpy bytes", "buffer + offsets", "arrow", "tensor", "none")
+
+
+def make_paths(n: int) -> list[str]:
+    """``n`` file names like ``train/0042/img_00001234.jpg`` (27 characters each): the list a
+    dataset of images typically holds."""
+    if not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be a positive integer, got {n!r}")
+    return [f"train/{i % 1000:04d}/img_{i:08d}.jpg" for i in range(n)]
+
+
+def _encode(paths: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """One uint8 buffer with every string's UTF-8 bytes, and ``len(paths) + 1`` offsets."""
+    encoded = [p.encode() for p in paths]
+    offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+    np.cumsum([len(e) for e in encoded], out=offsets[1:])
+    return np.frombuffer(b"".join(encoded), dtype=np.uint8), offsets
+
+
+class PathDataset(Dataset):
+    """The same file names held one of :data:`STORAGES`' ways; item ``i`` reads name ``i``
+    and returns the class number in it (as a dataset of images would read the path, then
+    the file). ``"none"`` holds nothing and computes the same number from ``i``."""
+
+    def __init__(self, paths: Sequence[str], storage: str = "list"):
+        if storage not in STORAGES:
+            raise ValueError(f"storage must be one of {', '.join(map(repr, STORAGES))}, got {storage!r}")
+        self.storage = storage
+        self.length = len(paths)
+        self.data: Any = None
+        self.offsets: Any = None
+        if storage == "list":
+            self.data = list(paths)
+        elif storage == "object array":
+            self.data = np.array(list(paths), dtype=object)
+        elif storage == "numpy bytes":
+            self.data = np.array([p.encode() for p in paths])  # fixed-width bytes: one buffer
+        elif storage == "buffer + offsets":
+            self.data, self.offsets = _encode(paths)
+        elif storage == "arrow":
+            try:
+                import pyarrow as pa
+            except ImportError as error:  # pragma: no cover - pyarrow is a dependency
+                raise ImportError("storage='arrow' needs pyarrow: run `make lab` (it installs it)") from error
+            self.data = pa.array(list(paths), type=pa.string())
+        elif storage == "tensor":
+            buffer, offsets = _encode(paths)
+            self.data, self.offsets = torch.from_numpy(buffer.copy()), torch.from_numpy(offsets)
+
+    def __len__(self) -> int:
+        return self.length
+
+    def path(self, i: int) -> str:
+        """The name at ``i``, read from this dataset's storage."""
+        if self.storage in ("list", "object array"):
+            return self.data[i]
+        if self.storage == "numpy bytes":
+            return self.data[i].decode()
+        if self.storage == "buffer + offsets":
+            return self.data[self.offsets[i]:self.offsets[i + 1]].tobytes().decode()
+        if self.storage == "arrow":
+            return self.data[i].as_py()
+        if self.storage == "tensor":
+            start, end = int(self.offsets[i]), int(self.offsets[i + 1])
+            return self.data[start:end].numpy().tobytes().decode()
+        return f"train/{i % 1000:04d}/img_{i:08d}.jpg"
+
+    def __getitem__(self, i: int) -> int:
+        return int(self.path(i)[6:10])
+
+    def data_bytes(self) -> int:
+        """What the storage holds, in bytes (for a list: the list and every string object)."""
+        import sys
+
+        if self.storage == "list":
+            return sys.getsizeof(self.data) + sum(sys.getsizeof(p) for p in self.data)
+        if self.storage == "object array":
+            return int(self.data.nbytes) + sum(sys.getsizeof(p) for p in self.data)
+        if self.storage in ("numpy bytes",):
+            return int(self.data.nbytes)
+        if self.storage == "buffer + offsets":
+            return int(self.data.nbytes + self.offsets.nbytes)
+        if self.storage == "arrow":
+            return int(self.data.nbytes)
+        if self.storage == "tensor":
+            return int(self.data.nbytes + self.offsets.nbytes)
+        return 0
+
+
+# -- worker memory over time ------------------------------------------------------------------
+@dataclass(frozen=True)
+class MemorySample:
+    """One process's memory at one moment, in bytes (psutil ``memory_full_info``)."""
+
+    t: float  #: seconds on the recording's clock
+    pid: int
+    uss: int  #: unique set: pages only this process holds (what ending it frees)
+    pss: int  #: proportional set: private pages + each shared page divided by its sharers
+    rss: int  #: resident set: what `top` shows as RES (shared pages counted in full)
+
+
+@dataclass
+class WorkerMemory:
+    """Samples the memory of this process's children (the DataLoader's workers) every
+    ``interval_s`` in a thread, while a block runs::
+
+        with helpers.WorkerMemory() as memory:
+            run = helpers.record(loader, step)
+
+    Times are on the clock :func:`helpers.record` uses, from the block's start; ``record``
+    starts its own clock a few microseconds later, so the two line up within a millisecond.
+    Python's multiprocessing helpers (resource tracker, forkserver) are left out.
+    """
+
+    interval_s: float = 0.1
+    samples: list[MemorySample] = field(default_factory=list)
+    main: list[MemorySample] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not (0.005 <= self.interval_s <= 10):
+            raise ValueError(f"interval_s must be between 0.005 and 10 seconds, got {self.interval_s!r}")
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._t0 = 0.0
+        self._error: BaseException | None = None
+
+    def __enter__(self) -> WorkerMemory:
+        from .failures import child_processes
+
+        self._before = child_processes()
+        self._t0 = clock()
+        self._thread = threading.Thread(target=self._run, name="worker-memory", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        if self._error is not None and exc[0] is None:
+            raise RuntimeError(f"sampling worker memory failed: {self._error}") from self._error
+
+    def _sample(self, pid: int) -> MemorySample | None:
+        try:
+            info = psutil.Process(pid).memory_full_info()
+        except (psutil.NoSuchProcess, psutil.ZombieProcess):
+            return None
+        return MemorySample(clock() - self._t0, pid, int(info.uss), int(getattr(info, "pss", info.uss)),
+                            int(info.rss))
+
+    def _run(self) -> None:
+        from .failures import child_processes
+
+        try:
+            while not self._stop.is_set():
+                for pid in sorted(child_processes() - self._before):
+                    sample = self._sample(pid)
+                    if sample is not None:
+                        self.samples.append(sample)
+                sample = self._sample(os.getpid())
+                if sample is not None:
+                    self.main.append(sample)
+                self._stop.wait(self.interval_s)
+        except psutil.AccessDenied as error:  # pragma: no cover - depends on the system
+            self._error = error
+
+    def keep_only(self, pids: set[int]) -> None:
+        """Drop the samples of every process but ``pids`` (e.g. the workers that fetched batches:
+        a process that another part of the program started meanwhile is not a worker)."""
+        self.samples = [s for s in self.samples if s.pid in pids]
+
+    # -- views ---------------------------------------------------------------------------------
+    def pids(self) -> list[int]:
+        """Worker pids in the order they were first seen."""
+        seen: dict[int, None] = {}
+        for s in self.samples:
+            seen.setdefault(s.pid, None)
+        return list(seen)
+
+    def series(self, pid: int) -> list[MemorySample]:
+        return [s for s in self.samples if s.pid == pid]
+
+    def growth(self, what: str = "uss") -> dict[int, tuple[int, int]]:
+        """Per worker: (its first sample, the largest later one) of ``what`` (uss, pss, rss)."""
+        out = {}
+        for pid in self.pids():
+            values = [getattr(s, what) for s in self.series(pid)]
+            out[pid] = (values[0], max(values))
+        return out
+
+    def peak_total(self, what: str = "uss") -> int:
+        """The largest sum of ``what`` across the workers sampled at the same moment."""
+        by_round: dict[float, int] = {}
+        times = sorted({round(s.t, 2) for s in self.samples})
+        for t in times:
+            by_round[t] = sum(getattr(s, what) for s in self.samples if round(s.t, 2) == t)
+        return max(by_round.values(), default=0)
+
+
+@dataclass(frozen=True)
+class MemoryRun:
+    """What one storage measured: each worker's USS at its first sample and at its peak."""
+
+    storage: str
+    start_method: str
+    data_bytes: int
+    first_uss: list[int]
+    peak_uss: list[int]
+    peak_total_rss: int
+    peak_total_pss: int
+
+    @property
+    def growth(self) -> list[int]:
+        return [p - f for f, p in zip(self.first_uss, self.peak_uss, strict=True)]
+
+    @property
+    def median_growth(self) -> float:
+        return float(np.median(self.growth)) if self.growth else 0.0
+
+    @property
+    def median_first(self) -> float:
+        return float(np.median(self.first_uss)) if self.first_uss else 0.0
+
+
+def summarise(storage: str, start_method: str, data_bytes: int, memory: WorkerMemory) -> MemoryRun:
+    """One :class:`MemoryRun` from a :class:`WorkerMemory` that watched one loader's epoch."""
+    growth = memory.growth("uss")
+    if not growth:
+        raise RuntimeError("no worker was sampled: the epoch ended before the first sample; "
+                           "use more items or a lower interval_s")
+    return MemoryRun(storage, start_method, int(data_bytes), [g[0] for g in growth.values()],
+                     [g[1] for g in growth.values()], memory.peak_total("rss"), memory.peak_total("pss"))
+
+
+def memory_table(runs: Sequence[MemoryRun]) -> Any:
+    """A table of runs: each worker's USS at its start and its growth, against the data's size."""
+    from .report import table
+
+    return table(
+        ["storage", "start method", "data (MiB)", "worker USS at start (MiB)", "growth per worker (MiB)",
+         "workers' total RSS, as `top` adds it (MiB)", "workers' total PSS (MiB)"],
+        [[r.storage, r.start_method, f"{r.data_bytes / MiB:.1f}",
+          " · ".join(f"{u / MiB:.0f}" for u in r.first_uss),
+          " · ".join(f"{g / MiB:.1f}" for g in r.growth),
+          f"{r.peak_total_rss / MiB:.0f}", f"{r.peak_total_pss / MiB:.0f}"] for r in runs])
+
+
+def sent_bytes(dataset: Any) -> int:
+    """The bytes ``spawn`` and ``forkserver`` send to *each* worker for ``dataset``: the
+    DataLoader passes it in the worker's ``Process`` arguments, which multiprocessing
+    pickles with its ``ForkingPickler``. PyTorch registers reductions there that move a
+    tensor's storage into shared memory and send a handle instead of its bytes."""
+    from multiprocessing.reduction import ForkingPickler
+
+    import torch.multiprocessing  # noqa: F401  (registers the tensor reductions)
+
+    return len(ForkingPickler.dumps(dataset))
+
+
+def encoded_bytes(paths: Sequence[str]) -> int:
+    """The names' UTF-8 bytes: the least any storage holds."""
+    return sum(len(p.encode()) for p in paths)
+
+
+def extra_uss(run: MemoryRun, reference: MemoryRun) -> list[int]:
+    """Each worker's peak USS above the median peak of workers that held no data (same start
+    method, same epoch): what holding this storage cost the worker."""
+    base = float(np.median(reference.peak_uss))
+    return [int(p - base) for p in run.peak_uss]
+
+
+def noise_margin_bytes(list_bytes: int, reference: MemoryRun) -> int:
+    """How far above the no-data workers a storage may end and still count as "no growth":
+    a tenth of the list, three times the spread of the no-data workers' peaks, at least 4 MiB."""
+    spread = max(reference.peak_uss) - min(reference.peak_uss)
+    return int(max(0.1 * list_bytes, 3 * spread, 4 * MiB))
+
+
+@dataclass(frozen=True)
+class EpochWorkers:
+    """Which worker processes served epochs 1 and 2 of one recording, and their memory."""
+
+    first: list[int]  #: pids first sampled during epoch 1
+    new: list[int]  #: pids first sampled during epoch 2 (workers started for it)
+    kept_uss: list[int]  #: USS of each epoch-1 worker at its first sample in epoch 2 (if it lived on)
+    new_peak_uss: list[int]  #: peak USS of each new epoch-2 worker
+
+    @property
+    def same_workers(self) -> bool:
+        """Epoch 2 started no worker and every epoch-1 worker served it."""
+        return bool(self.first) and not self.new and len(self.kept_uss) == len(self.first)
+
+
+def epoch_workers(memory: WorkerMemory, timeline: Any) -> EpochWorkers:
+    """Split a two-epoch recording's memory samples at epoch 2's ``iter(loader)``."""
+    if len(timeline.epochs) < 2:
+        raise ValueError("epoch_workers needs a recording of at least 2 epochs: record(..., epochs=2)")
+    split = timeline.epochs[1].iter_start
+    series = {pid: memory.series(pid) for pid in memory.pids()}
+    first = [pid for pid, ss in series.items() if ss[0].t < split]
+    new = [pid for pid, ss in series.items() if ss[0].t >= split]
+    kept = []
+    for pid in first:
+        later = [s.uss for s in series[pid] if s.t >= timeline.epochs[1].iter_end]
+        if later:
+            kept.append(later[0])
+    peaks = [max(s.uss for s in series[pid]) for pid in new]
+    return EpochWorkers(first, new, kept, peaks)
+
+
+def measure_memory(loader: Any, step: Any = None, *, epochs: int = 1, interval_s: float = 0.05,
+                   progress: bool = True):
+    """Record ``loader`` (:func:`helpers.record`) while :class:`WorkerMemory` samples its
+    workers; returns ``(MemoryRun, Timeline, WorkerMemory)``. The loader's dataset must be a
+    :class:`PathDataset` (its storage and size label the run)."""
+    from .recorder import record
+
+    dataset = loader.dataset
+    if not isinstance(dataset, PathDataset):
+        raise TypeError(f"measure_memory needs a DataLoader over a helpers.PathDataset, got "
+                        f"{type(dataset).__name__}")
+    if loader.num_workers < 1:
+        raise ValueError("measure_memory watches worker processes: build the loader with num_workers >= 1")
+    context = loader.multiprocessing_context
+    method = context.get_start_method() if context is not None else torch.multiprocessing.get_start_method()
+    with WorkerMemory(interval_s=interval_s) as memory:
+        label = f"{dataset.storage}, {method}" if progress else False
+        timeline = record(loader, step, epochs=epochs, progress=label)
+    memory.keep_only({b.pid for b in timeline.batches})
+    return summarise(dataset.storage, method, dataset.data_bytes(), memory), timeline, memory

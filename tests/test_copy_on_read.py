@@ -1,0 +1,123 @@
+"""Notebook 12's workloads and instrument: the storages agree, what spawn sends, worker memory
+sampled for real (a list is copied into forked workers, an array is not), epochs and workers."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+
+import numpy as np
+import pytest
+from torch.utils.data import DataLoader
+
+import helpers
+from helpers.copy_on_read import MiB, extra_uss, noise_margin_bytes
+
+FORK = "fork" in mp.get_all_start_methods()
+PATHS = helpers.make_paths(300_000)
+
+
+def test_every_storage_reads_the_same_names_and_items():
+    for storage in helpers.STORAGES:
+        dataset = helpers.PathDataset(PATHS[:2000], storage)
+        assert len(dataset) == 2000
+        assert [dataset.path(i) for i in (0, 7, 1999)] == [PATHS[0], PATHS[7], PATHS[1999]], storage
+        assert dataset[1234] == 234
+    sizes = {s: helpers.PathDataset(PATHS[:2000], s).data_bytes() for s in helpers.STORAGES}
+    assert sizes["list"] > 2 * sizes["numpy bytes"] and sizes["none"] == 0
+
+
+def test_bad_storage_and_sizes_are_refused_naming_the_choices():
+    with pytest.raises(ValueError, match="'list', 'object array'"):
+        helpers.PathDataset(PATHS[:10], "lists")
+    with pytest.raises(ValueError, match="positive integer"):
+        helpers.make_paths(0)
+    with pytest.raises(ValueError, match="between 0.005 and 10"):
+        helpers.WorkerMemory(interval_s=0)
+
+
+def test_spawn_sends_arrays_by_value_and_a_tensor_as_a_handle():
+    encoded = helpers.encoded_bytes(PATHS[:50_000])
+    sent = {s: helpers.sent_bytes(helpers.PathDataset(PATHS[:50_000], s)) for s in helpers.STORAGES}
+    assert all(sent[s] >= 0.9 * encoded for s in ("list", "numpy bytes", "buffer + offsets", "arrow"))
+    assert sent["tensor"] < 0.01 * encoded and sent["none"] < 1000
+
+
+def test_measure_memory_needs_a_path_dataset_with_workers():
+    with pytest.raises(TypeError, match="PathDataset"):
+        helpers.measure_memory(DataLoader(list(range(10)), num_workers=1))
+    with pytest.raises(ValueError, match="num_workers >= 1"):
+        helpers.measure_memory(DataLoader(helpers.PathDataset(PATHS[:10])))
+
+
+@pytest.mark.skipif(not FORK, reason="copy-on-read is a fork effect")
+def test_a_list_is_copied_into_forked_workers_and_an_array_is_not():
+    runs = {}
+    for storage in ("none", "list", "numpy bytes"):
+        loader = DataLoader(helpers.PathDataset(PATHS, storage), batch_size=1000, shuffle=True, num_workers=2,
+                            multiprocessing_context="fork")
+        runs[storage], timeline, memory = helpers.measure_memory(loader, helpers.ModelledStep(0.002),
+                                                                 progress=False)
+        assert len(memory.pids()) == 2 and len(timeline.batches) == 300
+    before = helpers.child_processes()
+    list_bytes = runs["list"].data_bytes
+    assert min(extra_uss(runs["list"], runs["none"])) >= 0.5 * list_bytes
+    assert max(extra_uss(runs["numpy bytes"], runs["none"])) <= noise_margin_bytes(list_bytes, runs["none"])
+    assert helpers.child_processes() <= before  # the workers are gone
+    table = str(helpers.memory_table(runs.values()))
+    assert "numpy bytes" in table and f"{list_bytes / MiB:.1f}" in table
+
+
+@pytest.mark.skipif(not FORK, reason="copy-on-read is a fork effect")
+@pytest.mark.parametrize("persistent", [True, False])
+def test_epoch_workers_tells_persistent_workers_from_new_ones(persistent):
+    loader = DataLoader(helpers.PathDataset(PATHS[:100_000], "list"), batch_size=1000, shuffle=True,
+                        num_workers=2, multiprocessing_context="fork", persistent_workers=persistent)
+    _, timeline, memory = helpers.measure_memory(loader, helpers.ModelledStep(0.005), epochs=2,
+                                                 progress=False)
+    workers = helpers.epoch_workers(memory, timeline)
+    assert len(workers.first) == 2
+    if persistent:
+        assert workers.same_workers and len(workers.kept_uss) == 2
+    else:
+        assert not workers.same_workers and len(workers.new) == 2 and len(workers.new_peak_uss) == 2
+    with pytest.raises(ValueError, match="epochs=2"):
+        helpers.epoch_workers(memory, helpers.record(DataLoader(list(range(4))), progress=False))
+
+
+def test_worker_memory_stops_its_thread_and_plots_under_the_timeline():
+    import threading
+
+    import matplotlib.pyplot as plt
+
+    loader = DataLoader(helpers.PathDataset(PATHS[:20_000], "numpy bytes"), batch_size=500, num_workers=1)
+    run, timeline, memory = helpers.measure_memory(loader, helpers.ModelledStep(0.01), progress=False)
+    assert not any(t.name == "worker-memory" for t in threading.enumerate())
+    assert memory.samples and memory.main and np.all(np.diff([s.t for s in memory.main]) > 0)
+    figure = helpers.plot_worker_memory(timeline, memory, run.data_bytes)
+    legend = " ".join(t.get_text() for t in figure.axes[1].get_legend().get_texts())
+    assert len(figure.axes) == 3 and "worker 0" in legend and "MiB" in legend
+    assert "USS" in figure.axes[1].get_ylabel() and "PSS" in figure.axes[2].get_ylabel()
+    plt.close(figure)
+
+
+def test_memory_explorer_runs_once_on_show_and_reports_errors_in_the_widget():
+    explorer = helpers.MemoryExplorer(items=50_000, batch_size=1000, step_s=0.002, storage="arrow",
+                                      start_method="fork" if FORK else "spawn")
+    explorer.run(raise_errors=True)
+    assert "Run 1:" in explorer.summary.value and "storage=arrow" in explorer.summary.value
+    explorer.batch_size = 0  # the DataLoader refuses it
+    assert explorer.run(raise_errors=False) is None and "Cannot run" in explorer.summary.value
+
+
+@pytest.mark.parametrize("method", [m for m in ("spawn", "forkserver") if m in mp.get_all_start_methods()])
+def test_workers_are_found_under_spawn_and_forkserver_but_not_the_helpers(method):
+    """A forkserver's workers keep its command line: they count, the server itself does not."""
+    loader = DataLoader(helpers.PathDataset(PATHS[:20_000], "numpy bytes"), batch_size=1000, num_workers=2,
+                        multiprocessing_context=method)
+    iterator = iter(loader)
+    next(iterator)
+    workers = {w.pid for w in helpers.torch_internals.worker_processes(iterator)}
+    assert workers <= helpers.child_processes()
+    del iterator
+    run, _, memory = helpers.measure_memory(loader, helpers.ModelledStep(0.01), progress=False)
+    assert len(memory.pids()) == 2 and run.start_method == method
