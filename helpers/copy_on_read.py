@@ -130,6 +130,7 @@ class MemorySample:
     """One process's memory at one moment, in bytes (psutil ``memory_full_info``)."""
 
     t: float  #: seconds on the recording's clock
+    round: int  #: the sampling round (every process once per round)
     pid: int
     uss: int  #: unique set: pages only this process holds (what ending it frees)
     pss: int  #: proportional set: private pages + each shared page divided by its sharers
@@ -159,6 +160,7 @@ class WorkerMemory:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._t0 = 0.0
+        self._round = 0
         self._error: BaseException | None = None
 
     def __enter__(self) -> WorkerMemory:
@@ -182,8 +184,8 @@ class WorkerMemory:
             info = psutil.Process(pid).memory_full_info()
         except (psutil.NoSuchProcess, psutil.ZombieProcess):
             return None
-        return MemorySample(clock() - self._t0, pid, int(info.uss), int(getattr(info, "pss", info.uss)),
-                            int(info.rss))
+        return MemorySample(clock() - self._t0, self._round, pid, int(info.uss),
+                            int(getattr(info, "pss", info.uss)), int(info.rss))
 
     def _run(self) -> None:
         from .failures import child_processes
@@ -197,14 +199,15 @@ class WorkerMemory:
                 sample = self._sample(os.getpid())
                 if sample is not None:
                     self.main.append(sample)
+                self._round += 1
                 self._stop.wait(self.interval_s)
-        except psutil.AccessDenied as error:  # pragma: no cover - depends on the system
+        except psutil.Error as error:  # pragma: no cover - depends on the system (AccessDenied)
             self._error = error
 
     def keep_only(self, pids: set[int]) -> None:
         """Drop the samples of every process but ``pids`` (e.g. the workers that fetched batches:
         a process that another part of the program started meanwhile is not a worker)."""
-        self.samples = [s for s in self.samples if s.pid in pids]
+        self.samples = [s for s in self.samples if s.pid in pids and s.rss > 0]  # rss 0: it was exiting
 
     # -- views ---------------------------------------------------------------------------------
     def pids(self) -> list[int]:
@@ -227,10 +230,9 @@ class WorkerMemory:
 
     def peak_total(self, what: str = "uss") -> int:
         """The largest sum of ``what`` across the workers sampled at the same moment."""
-        by_round: dict[float, int] = {}
-        times = sorted({round(s.t, 2) for s in self.samples})
-        for t in times:
-            by_round[t] = sum(getattr(s, what) for s in self.samples if round(s.t, 2) == t)
+        by_round: dict[int, int] = {}
+        for s in self.samples:
+            by_round[s.round] = by_round.get(s.round, 0) + getattr(s, what)
         return max(by_round.values(), default=0)
 
 
@@ -274,7 +276,8 @@ def memory_table(runs: Sequence[MemoryRun]) -> Any:
     from .report import table
 
     return table(
-        ["storage", "start method", "data (MiB)", "worker USS at start (MiB)", "growth per worker (MiB)",
+        ["storage", "start method", "data (MiB)", "worker USS at first sample (MiB)",
+         "growth since (MiB)",
          "workers' total RSS, as `top` adds it (MiB)", "workers' total PSS (MiB)"],
         [[r.storage, r.start_method, f"{r.data_bytes / MiB:.1f}",
           " · ".join(f"{u / MiB:.0f}" for u in r.first_uss),
@@ -284,14 +287,23 @@ def memory_table(runs: Sequence[MemoryRun]) -> Any:
 
 def sent_bytes(dataset: Any) -> int:
     """The bytes ``spawn`` and ``forkserver`` send to *each* worker for ``dataset``: the
-    DataLoader passes it in the worker's ``Process`` arguments, which multiprocessing
-    pickles with its ``ForkingPickler``. PyTorch registers reductions there that move a
-    tensor's storage into shared memory and send a handle instead of its bytes."""
+    DataLoader passes it in the worker's ``Process`` arguments (in a one-item list the
+    worker empties), which multiprocessing pickles with its ``ForkingPickler``. PyTorch
+    registers reductions there that move a tensor's storage into shared memory and send a
+    handle (a file descriptor, with the default ``file_descriptor`` strategy) instead.
+
+    Pickled here, outside a process start, a descriptor is lent through multiprocessing's
+    resource sharer (a thread that keeps a duplicate of it); that is stopped afterwards, so
+    the shared memory is released and no thread is left."""
+    from multiprocessing import resource_sharer
     from multiprocessing.reduction import ForkingPickler
 
     import torch.multiprocessing  # noqa: F401  (registers the tensor reductions)
 
-    return len(ForkingPickler.dumps(dataset))
+    try:
+        return len(ForkingPickler.dumps(dataset))
+    finally:
+        resource_sharer.stop(timeout=5)
 
 
 def encoded_bytes(paths: Sequence[str]) -> int:
@@ -308,9 +320,10 @@ def extra_uss(run: MemoryRun, reference: MemoryRun) -> list[int]:
 
 def noise_margin_bytes(list_bytes: int, reference: MemoryRun) -> int:
     """How far above the no-data workers a storage may end and still count as "no growth":
-    a tenth of the list, three times the spread of the no-data workers' peaks, at least 4 MiB."""
+    a tenth of the list, three times the spread of the no-data workers' peaks, at least 6 MiB
+    (a full garbage collection in a worker writes to every inherited container's header)."""
     spread = max(reference.peak_uss) - min(reference.peak_uss)
-    return int(max(0.1 * list_bytes, 3 * spread, 4 * MiB))
+    return int(max(0.1 * list_bytes, 3 * spread, 6 * MiB))
 
 
 @dataclass(frozen=True)

@@ -359,8 +359,9 @@ def plot_worker_memory(tl: Timeline, memory, data_bytes: int | None = None, *,
                        title: str | None = None) -> Figure:
     """The timeline of a recording (top) and, on the same time axis, each worker's memory
     sampled while it ran (:class:`helpers.WorkerMemory`): its USS (the pages only it holds)
-    with the data's size as a dotted line, and its PSS (its own pages plus its share of every
-    shared one: what the processes' PSS add up to is the true total)."""
+    with the data's size as a dotted line; its PSS (its own pages plus its share of every
+    shared one: what the processes' PSS add up to is the true total) and, dashed, its RSS
+    (what `top` shows as RES: shared and copied pages alike)."""
     rows = len(_rows(tl))
     top_h = 0.6 + 0.42 * rows
     fig, (top, uss_ax, pss_ax) = plt.subplots(3, 1, figsize=(12, top_h + 5.4), sharex=True,
@@ -379,11 +380,12 @@ def plot_worker_memory(tl: Timeline, memory, data_bytes: int | None = None, *,
         colour = cmap((i + 6) % 10)
         uss_ax.plot(t, [s.uss / 2**20 for s in series], color=colour, linewidth=2, label=name)
         pss_ax.plot(t, [s.pss / 2**20 for s in series], color=colour, linewidth=1.5, label=name)
+        pss_ax.plot(t, [s.rss / 2**20 for s in series], color=colour, linewidth=1, linestyle="--")
     if data_bytes:
         uss_ax.axhline(data_bytes / 2**20, color="0.3", linestyle=":", linewidth=1.2,
                        label=f"the dataset's data, {data_bytes / 2**20:.0f} MiB")
     for ax, what in ((uss_ax, "USS: pages only this worker holds (MiB)"),
-                     (pss_ax, "PSS: own + share of shared (MiB)")):
+                     (pss_ax, "PSS (solid) and RSS,\ntop's RES (dashed), MiB")):
         ax.set_ylim(bottom=0)
         ax.set_ylabel(what, fontsize=8)
         ax.grid(alpha=0.3)

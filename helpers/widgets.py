@@ -273,8 +273,8 @@ class MemoryExplorer:
     timeline with each worker's memory under it.
 
     :meth:`show` runs once right away (a failure raises in the cell); button runs show
-    errors in the widget. ``last_runs`` holds the latest :class:`helpers.copy_on_read.MemoryRun`
-    per epoch.
+    errors in the widget. ``last_runs`` holds the latest run's
+    :class:`helpers.copy_on_read.MemoryRun`.
     """
 
     def __init__(self, *, storage: str = "list", num_workers: int = 2, items: int = 200_000,

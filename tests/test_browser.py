@@ -90,7 +90,7 @@ def lab(tmp_path_factory):
                 server.kill()
                 pytest.fail(f"JupyterLab did not start: {(base / 'server.log').read_text()}")
             time.sleep(0.5)
-    yield {"url": url, "token": token, "chromium": chromium}
+    yield {"url": url, "token": token, "chromium": chromium, "config_dir": config_dir}
     try:
         request = urllib.request.Request(f"{url}/api/shutdown?token={token}", method="POST")
         urllib.request.urlopen(request, timeout=10)
@@ -207,6 +207,11 @@ def test_presenting_live_with_working_widgets(lab, notebook):
 def _open_and_run_all(page, lab, notebook: str) -> None:
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
+    # jupyterlab-slideshow keeps "presenting" as a user setting: a deck left on by the previous
+    # test would hide the menu bar of the next notebook (seen with `make browser-decks`).
+    deck_settings = lab["config_dir"] / "lab/user-settings/jupyterlab-slideshow"
+    deck_settings.mkdir(parents=True, exist_ok=True)
+    (deck_settings / "plugin.jupyterlab-settings").write_text(json.dumps({"active": False}))
     page.goto(f"{lab['url']}/lab/tree/{notebook}?token={lab['token']}&reset")
     page.wait_for_selector(".jp-Notebook", timeout=60_000)
     page.wait_for_function(

@@ -40,6 +40,9 @@ def test_spawn_sends_arrays_by_value_and_a_tensor_as_a_handle():
     sent = {s: helpers.sent_bytes(helpers.PathDataset(PATHS[:50_000], s)) for s in helpers.STORAGES}
     assert all(sent[s] >= 0.9 * encoded for s in ("list", "numpy bytes", "buffer + offsets", "arrow"))
     assert sent["tensor"] < 0.01 * encoded and sent["none"] < 1000
+    from multiprocessing import resource_sharer
+
+    assert resource_sharer._resource_sharer._thread is None, "the lent descriptors were released"
 
 
 def test_measure_memory_needs_a_path_dataset_with_workers():
@@ -52,13 +55,13 @@ def test_measure_memory_needs_a_path_dataset_with_workers():
 @pytest.mark.skipif(not FORK, reason="copy-on-read is a fork effect")
 def test_a_list_is_copied_into_forked_workers_and_an_array_is_not():
     runs = {}
+    before = helpers.child_processes()
     for storage in ("none", "list", "numpy bytes"):
         loader = DataLoader(helpers.PathDataset(PATHS, storage), batch_size=1000, shuffle=True, num_workers=2,
                             multiprocessing_context="fork")
         runs[storage], timeline, memory = helpers.measure_memory(loader, helpers.ModelledStep(0.002),
                                                                  progress=False)
         assert len(memory.pids()) == 2 and len(timeline.batches) == 300
-    before = helpers.child_processes()
     list_bytes = runs["list"].data_bytes
     assert min(extra_uss(runs["list"], runs["none"])) >= 0.5 * list_bytes
     assert max(extra_uss(runs["numpy bytes"], runs["none"])) <= noise_margin_bytes(list_bytes, runs["none"])

@@ -756,7 +756,8 @@ def test_the_capstone_model_predicts_its_own_stages():
 
 # -- 12 · copy-on-read ----------------------------------------------------------------------------
 def cow_case(list_extra=1.0, obj_extra=1.0, array_extra=0.0, tensor_sent=200, persistent_same=True,
-             persistent_kept=1.0, fresh_new=2, fresh_extra=1.0, list_mib=100.0, by_value=0.4):
+             persistent_kept=1.0, fresh_new=2, fresh_extra=1.0, list_mib=100.0, by_value=0.4,
+             spawn_extra=1.0):
     from helpers.copy_on_read import EpochWorkers, MemoryRun, MiB
 
     base = 300 * MiB
@@ -776,14 +777,15 @@ def cow_case(list_extra=1.0, obj_extra=1.0, array_extra=0.0, tensor_sent=200, pe
                               [int(base + persistent_kept * data)] * 2, [])
     fresh_peaks = [int(base + fresh_extra * data)] * fresh_new
     fresh = EpochWorkers([5, 6], list(range(7, 7 + fresh_new)), [], fresh_peaks)
-    return runs, sent, encoded, persistent, fresh
+    spawned = (run("list", spawn_extra), runs["none"])
+    return runs, sent, encoded, persistent, fresh, spawned
 
 
 def test_copy_on_read_checks_pass_when_the_lesson_holds():
     from helpers.lessons import copy_on_read
 
     checks = copy_on_read.checks(*cow_case())
-    assert len(checks) == 10 and all(c.passed for c in checks), [str(c) for c in checks]
+    assert len(checks) == 11 and all(c.passed for c in checks), [str(c) for c in checks]
 
 
 def test_copy_on_read_checks_fail_when_lists_stay_shared_and_arrays_grow():
@@ -791,8 +793,8 @@ def test_copy_on_read_checks_fail_when_lists_stay_shared_and_arrays_grow():
 
     failed = failing(copy_on_read.checks(*cow_case(
         list_extra=0.1, obj_extra=0.2, array_extra=0.5, tensor_sent=10**8, persistent_same=False,
-        fresh_new=0, by_value=0.1)))
-    assert len(failed) == 10, failed
+        fresh_new=0, by_value=0.1, spawn_extra=0.1)))
+    assert len(failed) == 11, failed
 
 
 def test_copy_on_read_checks_fail_when_persistence_or_refork_keep_no_copy():
@@ -808,8 +810,9 @@ def test_copy_on_read_checks_fail_when_persistence_or_refork_keep_no_copy():
 def test_copy_on_read_checks_report_their_premises():
     from helpers.lessons import copy_on_read
 
-    runs, sent, encoded, *_ = cow_case()
-    no_fork = copy_on_read.checks(None, sent, encoded, None, None)
-    assert [c.passed for c in no_fork] == [None] * 8 + [True, True] and "spawn" in no_fork[0].premise
+    runs, sent, encoded, *_, spawned = cow_case()
+    no_fork = copy_on_read.checks(None, sent, encoded, None, None, spawned)
+    assert [c.passed for c in no_fork] == [None] * 8 + [True] * 3 and "spawn" in no_fork[0].premise
     small = copy_on_read.checks(*cow_case(list_mib=2.0))
-    assert [c.passed for c in small[:8]] == [None] * 8 and "use more names" in small[0].premise
+    assert [c.passed for c in small[:9]] == [None] * 9 and "use more names" in small[0].premise
+    assert "noise margin" in small[8].premise

@@ -4,6 +4,8 @@ as it reads it; arrays are not; spawn sends every storage but a tensor by value;
 
 from __future__ import annotations
 
+import numpy as np
+
 from ..checks import Check, at_least, at_most, holds, premise_failed
 from ..copy_on_read import EpochWorkers, MemoryRun, MiB, extra_uss, noise_margin_bytes
 
@@ -18,17 +20,18 @@ def checks(
     encoded: int,
     persistent: EpochWorkers | None,
     fresh: EpochWorkers | None,
-    reference_2_epochs: MemoryRun | None = None,
+    spawned: tuple[MemoryRun, MemoryRun] | None = None,
 ) -> list[Check]:
     """``fork_runs``: one :class:`MemoryRun` per storage under fork (with ``"none"``, the
     no-data reference), None where fork does not exist; ``sent``: bytes sent to each worker
     under spawn, per storage; ``encoded``: the names' UTF-8 bytes; ``persistent`` / ``fresh``:
-    two-epoch recordings of the list with and without ``persistent_workers`` (None without fork)."""
+    two-epoch recordings of the list with and without ``persistent_workers`` (None without fork);
+    ``spawned``: the list and the no-data runs under spawn."""
     out: list[Check] = []
     grow = ("forked workers reading a list of str each end up holding most of it "
             "(USS above a no-data worker's by at least half the list, every worker)")
     grow_obj = "an object-dtype NumPy array is copied like the list (same bound)"
-    flat = [f"a {name} storage stays within noise of a worker that holds no data" for name in ARRAYS]
+    flat = [f"the {name} storage stays within noise of a worker that holds no data" for name in ARRAYS]
     persist = "with persistent_workers, epoch 2 is served by the same workers, still holding their copy"
     again = "without persistent_workers, epoch 2's new workers copy the list again"
     if fork_runs is None:
@@ -39,8 +42,10 @@ def checks(
         margin = noise_margin_bytes(list_bytes, reference)
         need = 0.5 * list_bytes
         if need <= margin:
+            spread = (max(reference.peak_uss) - min(reference.peak_uss)) / MiB
             why = (f"half the list ({need / MiB:.1f} MiB) is within the noise margin "
-                   f"({margin / MiB:.1f} MiB): use more names")
+                   f"({margin / MiB:.1f} MiB; the no-data workers' peaks differed by {spread:.1f} MiB): "
+                   "use more names")
             out += [premise_failed(c, "", why) for c in (grow, grow_obj, *flat, persist, again)]
         else:
             for claim, storage in ((grow, "list"), (grow_obj, "object array")):
@@ -49,7 +54,7 @@ def checks(
             for claim, storage in zip(flat, ARRAYS, strict=True):
                 out.append(at_most(claim, max(extra_uss(fork_runs[storage], reference)) / MiB, margin / MiB,
                                    unit=" MiB", what="the noise margin"))
-            ref_peak = sorted(reference.peak_uss)[len(reference.peak_uss) // 2]
+            ref_peak = float(np.median(reference.peak_uss))  # as extra_uss measures
             if persistent is None or fresh is None:
                 out += [premise_failed(c, "", "the two-epoch runs were not made") for c in (persist, again)]
             else:
@@ -62,6 +67,21 @@ def checks(
                 out.append(holds(again, new and again_extra >= need,
                                  f"new workers: {new}; their peak USS {again_extra / MiB:.1f} MiB above a "
                                  f"no-data worker (at least {need / MiB:.1f})"))
+    claim = ("spawned workers hold their own copy of the list "
+             "(peak USS above a spawned no-data worker's by at least half the list)")
+    if spawned is None:
+        out.append(premise_failed(claim, "", "the spawn runs were not made"))
+    else:
+        spawn_list, spawn_none = spawned
+        need = 0.5 * spawn_list.data_bytes
+        margin = noise_margin_bytes(spawn_list.data_bytes, spawn_none)
+        extra = min(extra_uss(spawn_list, spawn_none))
+        if need <= margin:
+            out.append(premise_failed(claim, f"{extra / MiB:.1f} MiB",
+                                      f"half the list ({need / MiB:.1f} MiB) is within the spawned "
+                                      f"workers' noise margin ({margin / MiB:.1f} MiB)"))
+        else:
+            out.append(at_least(claim, extra / MiB, need / MiB, unit=" MiB", what="half the list"))
     copies = ("spawn and forkserver send each worker the list and the arrays by value "
               "(at least the names' bytes)")
     handle = "...but a tensor only as a handle to shared memory (under 1 % of its bytes)"
