@@ -19,7 +19,6 @@ the notebook draws beside the timeline.
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -152,7 +151,6 @@ class WorkerMemory:
 
     interval_s: float = 0.1
     samples: list[MemorySample] = field(default_factory=list)
-    main: list[MemorySample] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not (0.005 <= self.interval_s <= 10):
@@ -196,9 +194,6 @@ class WorkerMemory:
                     sample = self._sample(pid)
                     if sample is not None:
                         self.samples.append(sample)
-                sample = self._sample(os.getpid())
-                if sample is not None:
-                    self.main.append(sample)
                 self._round += 1
                 self._stop.wait(self.interval_s)
         except psutil.Error as error:  # pragma: no cover - depends on the system (AccessDenied)
@@ -251,14 +246,6 @@ class MemoryRun:
     @property
     def growth(self) -> list[int]:
         return [p - f for f, p in zip(self.first_uss, self.peak_uss, strict=True)]
-
-    @property
-    def median_growth(self) -> float:
-        return float(np.median(self.growth)) if self.growth else 0.0
-
-    @property
-    def median_first(self) -> float:
-        return float(np.median(self.first_uss)) if self.first_uss else 0.0
 
 
 def summarise(storage: str, start_method: str, data_bytes: int, memory: WorkerMemory) -> MemoryRun:

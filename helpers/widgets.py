@@ -24,6 +24,19 @@ from .timeline import Timeline
 SLOW_FACTOR = 10.0  #: how much slower the explorer's stragglers are
 
 
+def _show_figure(output: W.Output, figure) -> None:
+    """Replace what ``output`` shows with ``figure`` (then close it: it is drawn as an image)."""
+    with output:
+        output.clear_output(wait=True)
+        display(figure)
+    plt.close(figure)
+
+
+def _error_html(error: Exception) -> str:
+    return ("<div style='color:#a00;border:1px solid #a00;padding:6px'><b>Cannot run "
+            f"these settings:</b> {html.escape(str(error))}</div>")
+
+
 @dataclass(frozen=True)
 class ExplorerSettings:
     """One run of the explorer: a :class:`WorkDataset` of ``items`` items that each take
@@ -216,17 +229,11 @@ class TimelineExplorer:
             figure = plot_timeline(timeline).figure
             self.summary.value = self._summary_html(timeline, settings, caught)
             self.status.value = f"<b>run {self.runs} done</b>"
-            with self.output:
-                self.output.clear_output(wait=True)
-                display(figure)
-            plt.close(figure)
+            _show_figure(self.output, figure)
             return timeline
         except Exception as error:  # shown in the widget; raised again on request
             self.status.value = ""
-            self.summary.value = (
-                "<div style='color:#a00;border:1px solid #a00;padding:6px'><b>Cannot run "
-                f"these settings:</b> {html.escape(str(error))}</div>"
-            )
+            self.summary.value = _error_html(error)
             if raise_errors:
                 raise
             return None
@@ -343,15 +350,11 @@ class MemoryExplorer:
                 f"{' · '.join(f'{u / MiB:.0f}' for u in run.first_uss)} MiB, grown by "
                 f"{' · '.join(f'{g / MiB:.1f}' for g in run.growth)} MiB.</p>")
             self.status.value = f"<b>run {self.runs} done</b>"
-            with self.output:
-                self.output.clear_output(wait=True)
-                display(figure)
-            plt.close(figure)
+            _show_figure(self.output, figure)
             return run
         except Exception as error:  # shown in the widget; raised again on request
             self.status.value = ""
-            self.summary.value = ("<div style='color:#a00;border:1px solid #a00;padding:6px'><b>Cannot run "
-                                  f"these settings:</b> {html.escape(str(error))}</div>")
+            self.summary.value = _error_html(error)
             if raise_errors:
                 raise
             return None

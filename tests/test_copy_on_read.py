@@ -95,7 +95,7 @@ def test_worker_memory_stops_its_thread_and_plots_under_the_timeline():
     loader = DataLoader(helpers.PathDataset(PATHS[:20_000], "numpy bytes"), batch_size=500, num_workers=1)
     run, timeline, memory = helpers.measure_memory(loader, helpers.ModelledStep(0.01), progress=False)
     assert not any(t.name == "worker-memory" for t in threading.enumerate())
-    assert memory.samples and memory.main and np.all(np.diff([s.t for s in memory.main]) > 0)
+    assert memory.samples and np.all(np.diff([s.t for s in memory.series(memory.pids()[0])]) > 0)
     figure = helpers.plot_worker_memory(timeline, memory, run.data_bytes)
     legend = " ".join(t.get_text() for t in figure.axes[1].get_legend().get_texts())
     assert len(figure.axes) == 3 and "worker 0" in legend and "MiB" in legend
