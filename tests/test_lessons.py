@@ -85,6 +85,20 @@ def test_baseline_reports_a_failed_premise_when_workers_start_late():
     assert "spawn" in not_tested[0].premise
 
 
+def test_baseline_reports_a_failed_premise_when_the_two_workers_start_a_step_apart():
+    runs = simulated_runs()
+    epoch = runs[2].epochs[0]
+    runs[2].epochs[0] = type(epoch)(**{**epoch.__dict__, "worker_ready": {0: 0.0, 1: 0.1}})  # 2 steps apart
+    not_tested = [c for c in baseline.checks(runs, N, Y) if c.passed is None]
+    assert [c.claim for c in not_tested] == [
+        "2 workers: the short interval is the step alone",
+        "2 workers: the long interval is n − y (waiting for the next pair)",
+    ]
+    assert "worker 1 was ready 0.100 s after worker 0" in not_tested[0].premise
+    runs[2].epochs[0] = type(epoch)(**{**epoch.__dict__, "worker_ready": {0: 0.0, 1: 0.01}})  # together
+    assert not [c for c in baseline.checks(runs, N, Y) if c.passed is None]
+
+
 def test_show_checks_renders_and_raises_on_a_failed_claim(monkeypatch):
     import IPython.display
 
