@@ -37,12 +37,16 @@ MiB = 2**20
 STORAGES = ("list", "object array", "numpy bytes", "buffer + offsets", "arrow", "tensor", "none")
 
 
+def _name(i: int) -> str:
+    return f"train/{i % 1000:04d}/img_{i:08d}.jpg"
+
+
 def make_paths(n: int) -> list[str]:
     """``n`` file names like ``train/0042/img_00001234.jpg`` (27 characters each): the list a
     dataset of images typically holds."""
     if not isinstance(n, int) or n < 1:
         raise ValueError(f"n must be a positive integer, got {n!r}")
-    return [f"train/{i % 1000:04d}/img_{i:08d}.jpg" for i in range(n)]
+    return [_name(i) for i in range(n)]
 
 
 def _encode(paths: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -99,7 +103,7 @@ class PathDataset(Dataset):
         if self.storage == "tensor":
             start, end = int(self.offsets[i]), int(self.offsets[i + 1])
             return self.data[start:end].numpy().tobytes().decode()
-        return f"train/{i % 1000:04d}/img_{i:08d}.jpg"
+        return _name(i)
 
     def __getitem__(self, i: int) -> int:
         return int(self.path(i)[6:10])
@@ -112,7 +116,7 @@ class PathDataset(Dataset):
             return sys.getsizeof(self.data) + sum(sys.getsizeof(p) for p in self.data)
         if self.storage == "object array":
             return int(self.data.nbytes) + sum(sys.getsizeof(p) for p in self.data)
-        if self.storage in ("numpy bytes",):
+        if self.storage == "numpy bytes":
             return int(self.data.nbytes)
         if self.storage == "buffer + offsets":
             return int(self.data.nbytes + self.offsets.nbytes)

@@ -346,7 +346,7 @@ class MemoryExplorer:
                 f"<p><b>Run {self.runs}:</b> <code>storage={html.escape(self.storage.value)}, "
                 f"num_workers={self.num_workers.value}, {self.start_method.value}, "
                 f"persistent_workers={self.persistent_workers.value}, epochs={self.epochs.value}</code> — "
-                f"the data: {dataset.data_bytes() / MiB:.1f} MiB; each worker's USS at its start "
+                f"the data: {dataset.data_bytes() / MiB:.1f} MiB; each worker's USS at its first sample "
                 f"{' · '.join(f'{u / MiB:.0f}' for u in run.first_uss)} MiB, grown by "
                 f"{' · '.join(f'{g / MiB:.1f}' for g in run.growth)} MiB.</p>")
             self.status.value = f"<b>run {self.runs} done</b>"
