@@ -8,7 +8,8 @@ forkserver does not pay for matplotlib or ipywidgets.
 
 Layers, bottom to top: ``config``, ``torch_internals``, ``system``, ``transfer`` →
 ``datasets``, ``storage``, ``models``, ``settings``, ``hooks``, ``timeline``,
-``recorder``, ``workers``, ``copy_on_read``, ``failures``, ``prefetch``, ``predict`` → ``theory``, ``checks``,
+``recorder``, ``workers``, ``copy_on_read``, ``remote``, ``images``, ``failures``, ``prefetch``,
+``predict`` → ``theory``, ``checks``,
 ``analysis``, ``lessons``, ``setup_check`` → ``plots``, ``widgets``.
 """
 
@@ -63,10 +64,41 @@ from .failures import (
     torch_segments,
 )
 from .hooks import MAIN_PROCESS
+from .images import (
+    JpegDataset,
+    cost_per_image,
+    deprecation_notice,
+    fetch_span_s,
+    gpu_decode_rate,
+    images_per_s,
+    make_jpegs,
+    normalize_on_device,
+    pack_tar,
+    tar_index,
+    train_transform,
+    worker_lag_s,
+)
 from .models import ForumMLP, ModelledStep, TrainStep, TutorialNet
 from .predict import Prediction
 from .prefetch import BatchTransform, DevicePrefetcher, SerialisedDevicePrefetcher, ThreadPrefetcher
 from .recorder import record
+from .remote import (
+    Endpoint,
+    ObjectStore,
+    ObjectTiming,
+    Requests,
+    S3Dataset,
+    StoreError,
+    download,
+    error_of,
+    measure_requests,
+    median_timing,
+    port_open,
+    samples_per_s,
+    time_files,
+    time_objects,
+    timing_table,
+)
 from .report import Table, progress, table
 from .settings import HAS_IN_ORDER, LoaderSettings
 from .setup_check import checks_html, run_setup_checks
@@ -118,8 +150,15 @@ _LAZY = {
     "plot_speedup_curves": "plots",
     "show_reference_figure": "plots",
     "plot_worker_memory": "plots",
+    "plot_object_timings": "plots",
+    "plot_requests": "plots",
+    "plot_concurrency": "plots",
+    "plot_image_rates": "plots",
+    "show_image": "plots",
+    "ImageExplorer": "widgets",
     "TimelineExplorer": "widgets",
     "MemoryExplorer": "widgets",
+    "RemoteExplorer": "widgets",
 }
 
 
@@ -144,11 +183,17 @@ __all__ = [
     "STORAGES", "MemoryRun", "PathDataset", "WorkerMemory", "encoded_bytes", "epoch_workers", "extra_uss",
     "make_paths", "measure_memory", "memory_table", "sent_bytes", "summarise",
     "ShmMonitor", "child_processes", "run_demo", "shm_sandbox_available", "shm_used_bytes", "torch_segments",
+    "JpegDataset", "cost_per_image", "deprecation_notice", "images_per_s", "make_jpegs",
+    "normalize_on_device", "pack_tar", "tar_index", "train_transform", "gpu_decode_rate", "worker_lag_s",
+    "fetch_span_s",
     "ForumMLP", "ModelledStep", "TrainStep", "TutorialNet",
     "Prediction", "BatchTransform", "DevicePrefetcher", "SerialisedDevicePrefetcher", "ThreadPrefetcher",
     "batch_nbytes", "copy_bandwidth", "nonblocking_readback_trap", "pin_memory_warning",
     "pinned_budget_bytes", "to_device",
     "EpochEchoDataset", "EpochSampler", "SharedEpoch", "epochs_seen", "process_memory", "worker_memory",
+    "Endpoint", "ObjectStore", "ObjectTiming", "Requests", "S3Dataset", "StoreError", "download", "error_of",
+    "measure_requests", "median_timing", "port_open", "samples_per_s", "time_files", "time_objects",
+    "timing_table",
     "BatchedSqliteDataset", "SqliteDataset", "make_sqlite_db",
     "accelerator_name", "describe_machine", "format_shm", "free_cores", "get_device", "save_results",
     "shm_info", "torch_threads", "use_start_method",

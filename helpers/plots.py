@@ -392,3 +392,150 @@ def plot_worker_memory(tl: Timeline, memory, data_bytes: int | None = None, *,
     uss_ax.legend(fontsize=8, loc="lower right", ncols=2)
     pss_ax.set_xlabel("seconds since the recording started")
     return fig
+
+
+def plot_object_timings(timings: Sequence, *, latency_s: float, bandwidth: float | None,
+                        server_s: float = 0.0) -> Figure:
+    """Notebook 13's picture of a single read: left, the median time to the first byte from
+    a local file, from the object store itself and through the latency proxy (log scale);
+    right, each read's throughput (whole object, first byte included) against the object's
+    size, with the model ``size / (round trip + server + size / bandwidth)`` for the proxy."""
+    import numpy as np
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.2), layout="constrained", width_ratios=[1, 1.6])
+    cmap = matplotlib.colormaps["tab10"]
+    sources = list(dict.fromkeys(t.source for t in timings))
+    medians = [float(np.median([t.first_byte_s for t in timings if t.source == s])) * 1e3 for s in sources]
+    left.bar(sources, medians, color=[cmap(i) for i in range(len(sources))])
+    for i, m in enumerate(medians):
+        left.text(i, m, f"{m:.3g} ms", ha="center", va="bottom", fontsize=8)
+    left.set_yscale("log")
+    left.set_ylabel("time to first byte, median (ms, log)")
+    left.set_title("one GET: how long until the first byte", fontsize=10)
+    left.grid(alpha=0.3, axis="y")
+    for i, source in enumerate(sources):
+        ts = [t for t in timings if t.source == source]
+        right.plot([t.size for t in ts], [t.throughput / 1e6 for t in ts], "o", color=cmap(i), alpha=0.6,
+                   label=source)
+    sizes = np.geomspace(min(t.size for t in timings), max(t.size for t in timings), 50)
+    seconds = latency_s + server_s + (sizes / bandwidth if bandwidth else 0)
+    colour = cmap(sources.index("remote")) if "remote" in sources else "k"
+    right.plot(sizes, sizes / seconds / 1e6, color=colour,
+               linestyle="--", label="model: size / (round trip + server + size / bandwidth)")
+    right.set_xscale("log")
+    right.set_yscale("log")
+    right.set_xlabel("object size (bytes, log)")
+    right.set_ylabel("throughput of one GET (MB/s, log)")
+    right.set_title("small objects are latency-bound, large ones bandwidth-bound", fontsize=10)
+    right.grid(alpha=0.3, which="both")
+    right.legend(fontsize=8)
+    return fig
+
+
+def plot_requests(tl: Timeline, requests, *, title: str | None = None,
+                  concurrency: int | None = None) -> Figure:
+    """The timeline of a recording over :class:`helpers.S3Dataset` (top), every request on the
+    same time axis — one lane per worker thread, light while waiting for the first byte, dark
+    while the body arrives — and the number of requests in flight (bottom)."""
+    rows = len(_rows(tl))
+    top_h = 0.6 + 0.42 * rows
+    lanes = sorted({(int(r[0]), int(r[1])) for r in requests.remote})
+    lane_h = max(1.2, 0.12 * len(lanes))
+    fig, (top, mid, bottom) = plt.subplots(3, 1, figsize=(12, top_h + lane_h + 2.2), sharex=True,
+                                           height_ratios=[top_h, lane_h, 1.6], layout="constrained")
+    plot_timeline(tl, top, label_batches=False, title=title)
+    top.set_xlabel("")
+    y_of = {lane: i for i, lane in enumerate(lanes)}
+    cmap = matplotlib.colormaps["tab10"]
+    for r in requests.remote:
+        worker, thread, start, first, end = int(r[0]), int(r[1]), r[2], r[3], r[4]
+        y, colour = y_of[worker, thread], cmap(0 if worker < 0 else worker % 10)
+        mid.plot([start, first], [y, y], color=colour, alpha=0.35, linewidth=3, solid_capstyle="butt")
+        mid.plot([first, end], [y, y], color=colour, linewidth=3, solid_capstyle="butt")
+    workers = sorted({w for w, _ in lanes})
+    mid.set_yticks([y_of[(w, min(t for ww, t in lanes if ww == w))] for w in workers],
+                   [("main" if w < 0 else f"worker {w}") for w in workers], fontsize=8)
+    mid.set_ylim(-1, max(len(lanes), 1))
+    mid.set_ylabel("requests\n(a lane per thread)", fontsize=8)
+    mid.grid(alpha=0.3, axis="x")
+    t, n = requests.in_flight()
+    bottom.step(t, n, where="post", color="0.2", linewidth=1.2)
+    if concurrency:
+        bottom.axhline(concurrency, color=COLORS["model"], linestyle="--", linewidth=1,
+                       label=f"workers × threads = {concurrency}")
+        bottom.legend(fontsize=8, loc="upper right")
+    bottom.set_ylim(bottom=0)
+    bottom.set_ylabel("in flight", fontsize=8)
+    bottom.set_xlabel("seconds since the recording started")
+    bottom.grid(alpha=0.3)
+    return fig
+
+
+def plot_concurrency(results: dict[tuple[int, int], float], *, latency_s: float, request_s: float) -> Axes:
+    """Samples/s of each (workers, threads) run against workers × threads, with the latency
+    bound: concurrency / (time of one request alone)."""
+    import numpy as np
+
+    _, ax = plt.subplots(figsize=(8, 4.2), layout="constrained")
+    cmap = matplotlib.colormaps["viridis"]
+    workers = sorted({w for w, _ in results})
+    for i, w in enumerate(workers):
+        points = sorted((w * t, rate) for (ww, t), rate in results.items() if ww == w)
+        ax.plot(*zip(*points, strict=True), "o-", color=cmap(i / max(len(workers) - 1, 1) * 0.9),
+                label=f"{w} worker{'s' if w > 1 else ''}")
+    top = max(w * t for w, t in results)
+    xs = np.arange(1, top + 1)
+    ax.plot(xs, xs / request_s, color=COLORS["model"], linestyle="--",
+            label=f"latency bound: concurrency / {request_s * 1e3:.0f} ms")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("requests in flight at most: workers × threads (log)")
+    ax.set_ylabel("samples / s")
+    ax.set_ylim(0, 1.15 * max(results.values()))
+    ax.set_title(f"{latency_s * 1e3:.0f} ms round trip: concurrency pays until the CPU is spent", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return ax
+
+
+def plot_image_rates(groups: dict[str, dict[str, float]], *, cores_free: float | None = None,
+                     title: str = "", ax: Axes | None = None) -> Axes:
+    """Grouped bars of images/s relative to each group's first bar (e.g. "1 worker"), with a
+    dashed line at the free cores measured: the most a CPU-bound pipeline can gain."""
+    import numpy as np
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(9, 3.8), layout="constrained")
+    cmap = matplotlib.colormaps["tab10"]
+    labels = list(dict.fromkeys(k for g in groups.values() for k in g))
+    width = 0.8 / len(labels)
+    for j, label in enumerate(labels):
+        xs, ys, texts = [], [], []
+        for i, g in enumerate(groups.values()):
+            if label in g:
+                base = next(iter(g.values()))
+                xs.append(i + (j - (len(labels) - 1) / 2) * width)
+                ys.append(g[label] / base)
+                texts.append(f"{g[label]:.0f}/s")
+        ax.bar(xs, ys, width * 0.95, color=cmap(j), label=label)
+        for x, y, t in zip(xs, ys, texts, strict=True):
+            ax.text(x, y, t, ha="center", va="bottom", fontsize=7)
+    if cores_free is not None:
+        ax.axhline(cores_free, color="0.3", linestyle="--", linewidth=1,
+                   label=f"free cores measured: {cores_free:.2f}")
+    ax.set_xticks(np.arange(len(groups)), list(groups))
+    ax.set_ylabel("images/s, × the first bar")
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend(fontsize=8, loc="upper left")
+    return ax
+
+
+def show_image(image, *, title: str = "") -> Axes:
+    """Draw a ``3 × H × W`` uint8 image tensor (e.g. a ``make_grid`` of samples)."""
+    height, width = image.shape[-2:]
+    _, ax = plt.subplots(figsize=(12, 12 * height / width + 0.3), layout="constrained")
+    ax.imshow(image.permute(1, 2, 0).numpy())
+    ax.set_axis_off()
+    if title:
+        ax.set_title(title, fontsize=10)
+    return ax

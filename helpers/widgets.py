@@ -363,3 +363,189 @@ class MemoryExplorer:
 
     def _ipython_display_(self) -> None:
         display(self.widget)
+
+
+class RemoteExplorer:
+    """Knobs for notebook 13: the round trip and bandwidth the proxy adds, the object size,
+    workers, threads per worker (a thread pool in ``__getitems__``) and a local cache (two
+    epochs); Run reads ``samples`` objects from ``store`` and draws the timeline with every
+    request and the requests in flight under it.
+
+    :meth:`show` runs once right away (a failure raises in the cell); button runs show
+    errors in the widget. ``last_rate`` holds the latest run's samples/s."""
+
+    def __init__(self, store, *, samples: int = 128, batch_size: int = 16, step_s: float = 0.005,
+                 latency_ms: int = 40, bandwidth_mb: int = 0, size_kib: int = 16, num_workers: int = 2,
+                 threads: int = 4, cache: bool = False):
+        style, layout = {"description_width": "150px"}, W.Layout(width="400px")
+
+        def slider(value, low, high, step, description):
+            return W.IntSlider(value=value, min=low, max=high, step=step, description=description,
+                               style=style,
+                               layout=layout, continuous_update=False)
+
+        self.store, self.samples, self.batch_size, self.step_s = store, samples, batch_size, step_s
+        self.latency_ms = slider(latency_ms, 0, 200, 5, "round trip (ms)")
+        self.bandwidth_mb = slider(bandwidth_mb, 0, 200, 5, "MB/s per conn. (0: no cap)")
+        self.size_kib = W.Dropdown(options=[4, 16, 64, 256, 1024], value=size_kib, description="object (KiB)",
+                                   style=style, layout=layout)
+        self.num_workers = slider(num_workers, 0, 4, 1, "num_workers")
+        self.threads = slider(threads, 1, 16, 1, "threads per worker")
+        self.cache = W.Checkbox(value=cache, description="local cache (two epochs)", indent=False,
+                                layout=W.Layout(width="auto"))
+        self.run_button = W.Button(description="Run", button_style="primary", icon="play")
+        self.status, self.summary, self.output = W.HTML(), W.HTML(), W.Output()
+        self.runs, self.last_rate = 0, None
+        self._buckets: dict[int, list[str]] = {}
+        self.run_button.on_click(lambda _button: self.run(raise_errors=False))
+        knobs = W.VBox([self.latency_ms, self.bandwidth_mb, self.size_kib])
+        flags = W.VBox([self.num_workers, self.threads, self.cache, W.HBox([self.run_button]), self.status],
+                       layout=W.Layout(width="420px"))
+        self.widget = W.VBox([W.HBox([knobs, flags]), self.summary, self.output])
+
+    def show(self) -> None:
+        """Display the explorer and run it once with its current knobs (raises on failure)."""
+        display(self.widget)
+        self.run(raise_errors=True)
+
+    def run(self, raise_errors: bool = True):
+        import tempfile
+
+        from torch.utils.data import DataLoader
+
+        from .plots import plot_requests
+        from .remote import S3Dataset, measure_requests, samples_per_s
+
+        self.run_button.disabled = True
+        try:
+            self.status.value = "<i>running…</i>"
+            size = self.size_kib.value * 1024
+            if size not in self._buckets:
+                self._buckets[size] = self.store.make_bucket(f"explore-{self.size_kib.value}k",
+                                                             count=self.samples, size=size)
+            endpoint = self.store.endpoint(self.latency_ms.value / 1e3, self.bandwidth_mb.value * 1e6 or None)
+            epochs = 2 if self.cache.value else 1
+            with tempfile.TemporaryDirectory(prefix="dllab-cache-") as folder:
+                dataset = S3Dataset(endpoint, f"explore-{self.size_kib.value}k", self._buckets[size],
+                                    threads=self.threads.value,
+                                    cache_dir=folder if self.cache.value else None)
+                loader = DataLoader(dataset, batch_size=self.batch_size, shuffle=True,
+                                    num_workers=self.num_workers.value, persistent_workers=False)
+                timeline, requests = measure_requests(loader, ModelledStep(self.step_s), epochs=epochs,
+                                                      progress=False)
+            self.runs += 1
+            rates = [samples_per_s(timeline, e) for e in range(epochs)]
+            self.last_rate = rates[-1]
+            concurrency = max(self.num_workers.value, 1) * self.threads.value
+            figure = plot_requests(timeline, requests, concurrency=concurrency)
+            per_epoch = " → ".join(f"{r:.0f}" for r in rates)
+            self.summary.value = (
+                f"<p><b>Run {self.runs}:</b> <code>{html.escape(endpoint.describe())}, "
+                f"{self.size_kib.value} KiB objects, num_workers={self.num_workers.value}, "
+                f"threads={self.threads.value}, cache={self.cache.value}</code> — {per_epoch} samples/s"
+                f"{' (epoch 1 → 2)' if epochs == 2 else ''}; "
+                f"a request took {requests.median_s() * 1e3:.0f} ms "
+                f"(median; first byte {requests.median_s('first_byte') * 1e3:.0f} ms); at most "
+                f"{requests.peak_in_flight()} in flight.</p>")
+            self.status.value = f"<b>run {self.runs} done</b>"
+            _show_figure(self.output, figure)
+            return rates
+        except Exception as error:  # shown in the widget; raised again on request
+            self.status.value = ""
+            self.summary.value = _error_html(error)
+            if raise_errors:
+                raise
+            return None
+        finally:
+            self.run_button.disabled = False
+
+    def _ipython_display_(self) -> None:
+        display(self.widget)
+
+
+class ImageExplorer:
+    """Knobs for notebook 14: workers, threads per worker (a pool in ``__getitems__``), files
+    or one tar shard, the crop size and whether the worker also normalises to float32; Run
+    records one epoch over the JPEGs and draws its timeline with the images/s.
+
+    :meth:`show` runs once right away (a failure raises in the cell); button runs show
+    errors in the widget. ``last_rate`` holds the latest run's images/s."""
+
+    def __init__(self, paths, labels, shard, *, batch_size: int = 32, step_s: float = 0.005,
+                 num_workers: int = 2, threads: int = 1, crop: int = 224):
+        style, layout = {"description_width": "150px"}, W.Layout(width="400px")
+        self.paths, self.labels, self.shard = paths, labels, shard
+        self.batch_size, self.step_s = batch_size, step_s
+        self.num_workers = W.IntSlider(value=num_workers, min=0, max=4, description="num_workers",
+                                       style=style,
+                                       layout=layout, continuous_update=False)
+        self.threads = W.IntSlider(value=threads, min=1, max=4, description="threads per worker", style=style,
+                                   layout=layout, continuous_update=False)
+        self.crop = W.Dropdown(options=[64, 128, 224, 320], value=crop, description="crop (pixels)",
+                               style=style,
+                               layout=layout)
+        self.source = W.Dropdown(options=["files", "tar shard"], value="files", description="read from",
+                                 style=style, layout=layout)
+        self.normalize = W.Checkbox(value=False, description="normalise to float32 in the worker",
+                                    indent=False,
+                                    layout=W.Layout(width="auto"))
+        self.run_button = W.Button(description="Run", button_style="primary", icon="play")
+        self.status, self.summary, self.output = W.HTML(), W.HTML(), W.Output()
+        self.runs, self.last_rate = 0, None
+        self.run_button.on_click(lambda _button: self.run(raise_errors=False))
+        knobs = W.VBox([self.num_workers, self.threads, self.crop])
+        flags = W.VBox([self.source, self.normalize, W.HBox([self.run_button]), self.status],
+                       layout=W.Layout(width="420px"))
+        self.widget = W.VBox([W.HBox([knobs, flags]), self.summary, self.output])
+
+    def show(self) -> None:
+        """Display the explorer and run it once with its current knobs (raises on failure)."""
+        display(self.widget)
+        self.run(raise_errors=True)
+
+    def run(self, raise_errors: bool = True):
+        from torch.utils.data import DataLoader
+
+        from .images import JpegDataset, images_per_s, train_transform
+        from .transfer import batch_nbytes
+
+        self.run_button.disabled = True
+        try:
+            self.status.value = "<i>running…</i>"
+            source = self.shard if self.source.value == "tar shard" else self.paths
+            dataset = JpegDataset(source, self.labels, threads=self.threads.value,
+                                  transform=train_transform(self.crop.value, normalize=self.normalize.value))
+            loader = DataLoader(dataset, batch_size=self.batch_size, shuffle=True,
+                                num_workers=self.num_workers.value)
+            nbytes = []
+            step = ModelledStep(self.step_s)
+
+            def measure(batch):
+                nbytes.append(batch_nbytes(batch[0]))
+                return step(batch)
+
+            timeline = record(loader, measure, progress=False)
+            self.runs += 1
+            self.last_rate = images_per_s(timeline)
+            _, ax = plt.subplots(figsize=(12, 1.2 + 0.42 * (max(self.num_workers.value, 0) + 1)),
+                                 layout="constrained")
+            plot_timeline(timeline, ax, label_batches=False)
+            self.summary.value = (
+                f"<p><b>Run {self.runs}:</b> <code>num_workers={self.num_workers.value}, "
+                f"threads={self.threads.value}, {html.escape(self.source.value)}, crop={self.crop.value}, "
+                f"normalise in worker={self.normalize.value}</code> — <b>{self.last_rate:.0f} images/s</b>; "
+                f"a batch of images {nbytes[0] / 2**20:.1f} MiB.</p>")
+            self.status.value = f"<b>run {self.runs} done</b>"
+            _show_figure(self.output, ax.figure)
+            return self.last_rate
+        except Exception as error:  # shown in the widget; raised again on request
+            self.status.value = ""
+            self.summary.value = _error_html(error)
+            if raise_errors:
+                raise
+            return None
+        finally:
+            self.run_button.disabled = False
+
+    def _ipython_display_(self) -> None:
+        display(self.widget)

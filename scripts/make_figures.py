@@ -10,8 +10,14 @@
   chain (the notebook's own functions).
 * Notebook 12: two forked workers reading 2 million file names kept in a Python list, each
   worker's USS and PSS under the timeline; the same with persistent workers over two epochs.
+* Notebook 13: one GET of 4 KiB to 8 MiB from a local file, the object store on loopback and
+  through a 40 ms / 25 MB/s proxy; 512 objects of 16 KiB read by 2 workers, each with a pool
+  of 8 threads in ``__getitems__``, every request under the timeline.
+* Notebook 14: 960 synthetic 448-pixel JPEGs decoded and augmented by 0-3 workers; 1 worker,
+  2 threads in one worker and 2 workers, for those and for 4096 tiny 32-pixel JPEGs.
 
-``scripts/make_figures.py copy_on_read`` (or ``blog``, ``core_series``) draws one group only.
+``scripts/make_figures.py copy_on_read`` (or ``blog``, ``core_series``, ``remote``, ``images``) draws one
+group only.
 
 The workloads are those of the notebooks, through the same helpers. About 4 minutes on 2 cores
 (mostly waiting).
@@ -44,7 +50,8 @@ def main() -> None:
     start = helpers.use_start_method()
     machine = helpers.describe_machine()
     where = f"measured on {machine['cores']} cores, torch {machine['torch']}, {start}"
-    groups = {"blog": blog, "core_series": core_series, "copy_on_read": copy_on_read}
+    groups = {"blog": blog, "core_series": core_series, "copy_on_read": copy_on_read, "remote": remote,
+              "images": images}
     chosen = sys.argv[1:] or list(groups)
     unknown = [name for name in chosen if name not in groups]
     if unknown:
@@ -189,6 +196,77 @@ def copy_on_read(where: str) -> None:
         fig = helpers.plot_worker_memory(timeline, memory, run.data_bytes, title=title)
         fig.savefig(OUT / name, dpi=100)
         print(name, "growth per worker (MiB):", [round(g / 2**20, 1) for g in run.growth])
+
+
+def remote(where: str) -> None:
+    import tempfile
+
+    sizes = [4 * 1024, 16 * 1024, 64 * 1024, 256 * 1024, 2**20, 8 * 2**20]
+    rtt, bandwidth = 0.040, 25e6
+    with helpers.ObjectStore() as store, tempfile.TemporaryDirectory() as folder:
+        remote_end = store.endpoint(latency_s=rtt, bandwidth=bandwidth)
+        timings = []
+        for size in sizes:
+            keys = store.make_bucket("sizes", count=5, size=size, prefix=f"size-{size}")
+            timings += helpers.time_files(helpers.download(store.endpoint(), "sizes", keys, folder))
+            timings += helpers.time_objects(store.endpoint(), "sizes", keys, source="server")
+            timings += helpers.time_objects(remote_end, "sizes", keys, source="remote")
+        fig = helpers.plot_object_timings(timings, latency_s=rtt, bandwidth=bandwidth,
+                                          server_s=helpers.median_timing(timings, "server", 16 * 1024))
+        fig.suptitle(f"one GET, 40 ms round trip and 25 MB/s per connection added by the proxy — {where}",
+                     fontsize=9)
+        fig.savefig(OUT / "remote_first_byte.png", dpi=100)
+        print(helpers.timing_table([t for t in timings if t.size in (16 * 1024, 8 * 2**20)]))
+        keys = store.make_bucket("lab", count=512, size=16 * 1024)
+        loader = DataLoader(helpers.S3Dataset(remote_end, "lab", keys, threads=8), batch_size=32,
+                            shuffle=True,
+                            num_workers=2)
+        timeline, requests = helpers.measure_requests(loader, helpers.ModelledStep(0.005))
+        title = (f"512 objects of 16 KiB, 2 workers × 8 threads in __getitems__, 40 ms round trip: "
+                 f"{requests.samples_per_s():.0f} samples/s — {where}")
+        helpers.plot_requests(timeline, requests, title=title, concurrency=16).savefig(
+            OUT / "remote_requests.png", dpi=100)
+        print("remote_requests.png:", f"{requests.samples_per_s():.0f} samples/s,",
+              f"request {requests.median_s() * 1e3:.1f} ms")
+
+
+def images(where: str) -> None:
+    import tempfile
+
+    import matplotlib.pyplot as plt
+
+    step = helpers.ModelledStep(0.005)
+    cores = helpers.available_cores()
+    with tempfile.TemporaryDirectory() as folder:
+        paths, labels = helpers.make_jpegs(f"{folder}/large", 960, 448)
+        tiny_paths, tiny_labels = helpers.make_jpegs(f"{folder}/tiny", 4096, 32)
+        cores_free = helpers.free_cores(min(cores, 4))
+        dataset = helpers.JpegDataset(paths, labels, transform=helpers.train_transform(224))
+        rates = {}
+        for workers in sorted({0, 1, 2, cores, cores + 1}):
+            loader = DataLoader(dataset, batch_size=32, shuffle=True, num_workers=workers)
+            rates[workers] = helpers.images_per_s(helpers.record(loader, step, progress=False))
+        threads = {}
+        for name, (ps, ls, crop, batch) in {"448-pixel images": (paths, labels, 224, 32),
+                                            "32-pixel images": (tiny_paths, tiny_labels, 28, 256)}.items():
+            threads[name] = {}
+            for label, workers, pool in (("1 worker", 1, 1), ("2 threads", 1, 2), ("2 workers", 2, 1)):
+                ds = helpers.JpegDataset(ps, ls, transform=helpers.train_transform(crop), threads=pool)
+                loader = DataLoader(ds, batch_size=batch, shuffle=True, num_workers=workers)
+                threads[name][label] = helpers.images_per_s(helpers.record(loader, step, progress=False))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.2), layout="constrained", width_ratios=[1, 1.5])
+    left.bar([str(w) for w in rates], list(rates.values()), color="tab:blue")
+    for i, r in enumerate(rates.values()):
+        left.text(i, r, f"{r:.0f}", ha="center", va="bottom", fontsize=8)
+    left.set_xlabel(f"num_workers ({cores} cores, {cores_free:.2f} measured free)")
+    left.set_ylabel("images/s (448 px JPEG → crop 224)")
+    left.grid(alpha=0.3, axis="y")
+    helpers.plot_image_rates(threads, cores_free=cores_free, ax=right,
+                             title="threads vs processes, relative to 1 worker with 1 thread")
+    fig.suptitle(f"decode_jpeg + RandomResizedCrop + flip in DataLoader workers — {where}", fontsize=9)
+    fig.savefig(OUT / "image_pipeline.png", dpi=100)
+    print("image_pipeline.png:", {w: round(r) for w, r in rates.items()},
+          {n: {k: round(v) for k, v in t.items()} for n, t in threads.items()})
 
 
 if __name__ == "__main__":

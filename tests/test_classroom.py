@@ -4,6 +4,7 @@ before each lesson's main measurement, and a handout page built from a real run.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -52,12 +53,19 @@ def test_the_rule_gives_each_part_of_the_rhythm_its_place():
 @pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
 def test_each_lesson_asks_before_its_main_measurement_and_keeps_the_pick(path):
     sources = ["".join(c["source"]) for c in json.loads(path.read_text())["cells"]]
-    asked = [i for i, s in enumerate(sources) if "helpers.Prediction(" in s]
-    revealed = [i for i, s in enumerate(sources) if "guess.reveal(" in s]
-    measured = [i for i, s in enumerate(sources) if "DataLoader(" in s or "record" in s]
-    assert len(asked) == 1 and revealed and revealed[0] > asked[0]
-    assert any(asked[0] < i <= revealed[0] for i in measured), "a measurement between question and answer"
-    assert any("save_results(" in s and "guess.result()" in s for s in sources), "the pick is kept"
+    asked = {m.group(1): i for i, s in enumerate(sources)
+             for m in re.finditer(r"(\w+) = helpers\.Prediction\(", s)}
+    # a measurement: a DataLoader run, a recording, or one of the lab's timing helpers (helpers.time_...)
+    measured = [i for i, s in enumerate(sources)
+                if "DataLoader(" in s or "record" in s or "helpers.time_" in s]
+    assert asked and "guess" in asked, "the main prediction is called guess"
+    for name, question in asked.items():
+        revealed = [i for i, s in enumerate(sources) if f"{name}.reveal(" in s]
+        assert revealed and revealed[0] > question, f"{name} is revealed after it is asked"
+        assert any(question < i <= revealed[0] for i in measured), \
+            f"a measurement between {name} and its answer"
+        assert any("save_results(" in s and f"{name}.result()" in s for s in sources), \
+            f"{name}'s pick is kept"
 
 
 def test_a_handout_page_is_built_from_a_real_run(tmp_path):

@@ -830,3 +830,145 @@ def test_copy_on_read_checks_report_their_premises():
     small = copy_on_read.checks(*cow_case(list_mib=2.0))
     assert [c.passed for c in small[:9]] == [None] * 9 and "use more names" in small[0].premise
     assert "noise margin" in small[8].premise
+
+
+# -- 13 remote storage ------------------------------------------------------------------------
+def remote_case(*, added=0.040, serial_rate=45.0, pool_rate=230.0, alone=0.046, crowded=0.064, peaks=(2, 16),
+                carried=0, cache_rates=(270.0, 8000.0)):
+    """Measurements like notebook 13's (40 ms round trip, 2 workers, 8 threads)."""
+    import numpy as np
+
+    from helpers.remote import ObjectTiming, Requests
+
+    small, large, rtt = 16 * 1024, 2 * 2**20, 0.040
+    timings = []
+    for k in range(5):
+        timings += [ObjectTiming("local file", small, 5e-6, 1e-5),
+                    ObjectTiming("local file", large, 2e-5, 3e-4),
+                    ObjectTiming("server", small, 0.003 + 1e-4 * k, 0.0031 + 1e-4 * k),
+                    ObjectTiming("server", large, 0.004, 0.005),
+                    ObjectTiming("remote", small, 0.003 + added, 0.0032 + added),
+                    ObjectTiming("remote", large, 0.004 + added, 0.004 + added + large / 25e6)]
+
+    def requests(peak, duration):
+        # ``peak`` requests side by side, each lasting ``duration``, three waves
+        rows = [[0, j, w * duration, w * duration + duration * 0.99, (w + 1) * duration, 0]
+                for w in range(3) for j in range(peak)]
+        return Requests(np.array(rows, dtype=float))
+
+    return dict(timings=timings, latency_s=rtt, small=small, large=large,
+                serial=(serial_rate, requests(peaks[0], alone), 2),
+                threaded=(pool_rate, requests(peaks[1], crowded), 2, 8),
+                cache=(*cache_rates, carried))
+
+
+def test_remote_checks_pass_when_the_lesson_holds():
+    from helpers.lessons import remote
+
+    checks = remote.checks(**remote_case())
+    assert all(c.passed for c in checks), "\n".join(
+        f"{c.claim}: {c.measured}" for c in checks if not c.passed)
+
+
+def test_remote_checks_fail_when_the_proxy_adds_no_round_trip():
+    from helpers.lessons import remote
+
+    failed = {c.claim for c in remote.checks(**remote_case(added=0.0)) if c.passed is False}
+    assert any("adds one round trip" in c for c in failed)
+    assert any("latency-bound" in c for c in failed)
+    failed = {c.claim for c in remote.checks(**remote_case(added=0.085)) if c.passed is False}
+    assert any("adds one round trip" in c for c in failed), "two round trips must fail too"
+
+
+def test_remote_checks_fail_when_one_get_at_a_time_beats_the_round_trip():
+    from helpers.lessons import remote
+
+    failed = {c.claim for c in remote.checks(**remote_case(serial_rate=80.0)) if c.passed is False}
+    assert any("one GET at a time" in c for c in failed)
+
+
+def test_remote_checks_fail_when_threads_do_not_overlap_requests():
+    from helpers.lessons import remote
+
+    # the pool ran its requests one after another: same request time, no speedup, one in flight per worker
+    case = remote_case(pool_rate=46.0, crowded=0.046, peaks=(2, 2))
+    failed = {c.claim for c in remote.checks(**case) if c.passed is False}
+    assert any("multiply samples/s" in c for c in failed)
+    assert any("requests in flight" in c for c in failed)
+
+
+def test_remote_threads_premise_fails_when_the_cpu_limits():
+    from helpers.lessons import remote
+
+    # every request took 5× longer under threads: the CPU, not the latency, limited the run
+    checks = remote.checks(**remote_case(pool_rate=60.0, crowded=0.046 * 5))
+    (threads,) = [c for c in checks if "multiply samples/s" in c.claim]
+    assert threads.passed is None and "CPU" in threads.premise
+
+
+def test_remote_checks_fail_when_the_cache_does_not_serve_epoch_2():
+    from helpers.lessons import remote
+
+    failed = {c.claim for c in remote.checks(**remote_case(carried=3_000_000, cache_rates=(270.0, 280.0)))
+              if c.passed is False}
+    assert any("no request reaches the store" in c for c in failed)
+    assert any("twice as fast" in c for c in failed)
+
+
+# -- 14 image pipeline ------------------------------------------------------------------------
+def images_case(**changes):
+    """Measurements like notebook 14's on 2 idle cores."""
+    case = dict(rates={0: 540.0, 1: 490.0, 2: 930.0, 3: 880.0}, cores=2, cores_free=1.97,
+                lags={0: 0.0, 1: 0.0, 2: 0.01, 3: 0.02}, spans={0: 1.8, 1: 1.9, 2: 1.0, 3: 1.1},
+                threads={"large": {"1 worker": 460.0, "2 threads": 730.0, "2 workers": 820.0},
+                         "tiny": {"1 worker": 4400.0, "2 threads": 1340.0, "2 workers": 7700.0}},
+                nbytes={"uint8": 4_816_896, "float32": 19_267_584}, shard=(0.89, 0.15))
+    case.update(changes)
+    return case
+
+
+def test_images_checks_pass_when_the_lesson_holds():
+    from helpers.lessons import images
+
+    checks = images.checks(**images_case())
+    assert all(c.passed for c in checks), "\n".join(
+        f"{c.claim}: {c.measured}" for c in checks if not c.passed)
+
+
+def test_images_checks_fail_when_decoding_does_not_scale_or_scales_past_the_cores():
+    from helpers.lessons import images
+
+    failed = {c.claim for c in images.checks(**images_case(rates={0: 500.0, 1: 490.0, 2: 520.0, 3: 900.0}))
+              if c.passed is False}
+    assert any("CPU-bound" in c for c in failed)
+    assert any("beyond the cores" in c for c in failed)
+
+
+def test_images_checks_fail_when_threads_behave_the_other_way():
+    from helpers.lessons import images
+
+    threads = {"large": {"1 worker": 460.0, "2 threads": 470.0, "2 workers": 820.0},
+               "tiny": {"1 worker": 4400.0, "2 threads": 7600.0, "2 workers": 7700.0}}
+    failed = {c.claim for c in images.checks(**images_case(threads=threads)) if c.passed is False}
+    assert any("large images" in c for c in failed)
+    assert any("tiny images" in c for c in failed)
+
+
+def test_images_checks_fail_on_float_batches_and_a_slow_shard():
+    from helpers.lessons import images
+
+    case = images_case(nbytes={"uint8": 100, "float32": 100}, shard=(0.9, 0.8))
+    failed = {c.claim for c in images.checks(**case) if c.passed is False}
+    assert any("quarter" in c for c in failed)
+    assert any("shard" in c for c in failed)
+
+
+def test_images_premises_fail_without_free_cores_or_with_a_late_worker():
+    from helpers.lessons import images
+
+    busy = images.checks(**images_case(cores_free=1.1))
+    assert all(c.passed is None for c in busy if "CPU-bound" in c.claim or "threads" in c.claim
+               or "beyond the cores" in c.claim)
+    late = images.checks(**images_case(lags={0: 0.0, 1: 0.0, 2: 0.6, 3: 0.02}))
+    (scaling,) = [c for c in late if "CPU-bound" in c.claim]
+    assert scaling.passed is None and "came up" in scaling.premise

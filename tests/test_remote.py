@@ -1,0 +1,204 @@
+"""The object store (a real server on 127.0.0.1 behind a real latency proxy), its dataset and
+what the notebook reads from a recording: it starts and stops on every path, leaves nothing
+running, adds the latency it says, and gives the clear errors."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import psutil
+import pytest
+from torch.utils.data import DataLoader
+
+import helpers
+from helpers.remote import Requests
+
+pytest.importorskip("moto")
+
+
+@pytest.fixture(scope="module")
+def store():
+    with helpers.ObjectStore() as running:
+        yield running
+    assert not running.alive
+
+
+@pytest.fixture(scope="module")
+def keys(store):
+    return store.make_bucket("test", count=24, size=4096)
+
+
+def _gone(pid: int, within_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        if not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_store_stops_and_leaves_no_process_or_port():
+    before = helpers.child_processes()
+    store = helpers.ObjectStore().start()
+    store.endpoint(latency_s=0.01)  # a proxy too
+    pid, ports = store.pid, store.ports
+    assert len(ports) == 2 and all(helpers.port_open(p) for p in ports)
+    store.stop()
+    store.stop()  # twice is fine
+    assert not store.alive and _gone(pid)
+    assert not any(helpers.port_open(p) for p in ports)
+    assert helpers.child_processes() == before
+
+
+def test_store_stops_when_its_block_raises():
+    with pytest.raises(ZeroDivisionError), helpers.ObjectStore() as store:
+        pid = store.pid
+        1 / 0  # noqa: B018
+    assert not store.alive and _gone(pid)
+
+
+def test_store_stops_when_its_parent_is_killed(tmp_path):
+    """A kernel killed with SIGKILL runs no clean-up: the store's child sees its input close and exits."""
+    script = (
+        "import helpers, json, sys, time\n"
+        "s = helpers.ObjectStore().start()\n"
+        "print(json.dumps({'pid': s.pid, 'ports': s.ports}), flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    parent = subprocess.Popen(
+        [sys.executable, "-c", script],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=os.path.dirname(os.path.dirname(helpers.__file__)),
+    )
+    try:
+        info = json.loads(parent.stdout.readline())
+        assert psutil.pid_exists(info["pid"])
+    finally:
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(10)
+        parent.stdout.close()
+    assert _gone(info["pid"]), "the store's process outlived its killed parent"
+    assert not any(helpers.port_open(p) for p in info["ports"])
+
+
+def test_server_and_proxies_listen_on_127_0_0_1_only(store):
+    store.endpoint(latency_s=0.005)
+    listening = [
+        c for c in psutil.Process(store.pid).net_connections(kind="inet") if c.status == psutil.CONN_LISTEN
+    ]
+    assert len(listening) >= 2
+    assert {c.laddr.ip for c in listening} == {"127.0.0.1"}
+
+
+def test_the_proxy_adds_the_round_trip_and_caps_the_bandwidth(store, keys):
+    direct = helpers.time_objects(store.endpoint(), "test", keys[:5], source="server")
+    delayed = helpers.time_objects(store.endpoint(latency_s=0.05), "test", keys[:5], source="remote")
+    direct_s = helpers.median_timing(direct, "server")
+    delayed_s = helpers.median_timing(delayed, "remote")
+    assert direct_s < 0.05
+    assert 0.05 <= delayed_s <= 0.05 + direct_s + 0.05
+    big = store.make_bucket("big", count=1, size=2**20)
+    (capped,) = helpers.time_objects(store.endpoint(bandwidth=4e6), "big", big, source="remote")
+    assert capped.total_s >= 2**20 / 4e6 * 0.9
+
+
+def test_clear_errors_name_the_fix(store, keys):
+    stopped = helpers.ObjectStore().start()
+    gone = stopped.endpoint()
+    stopped.stop()
+    error = helpers.error_of(lambda: helpers.S3Dataset(gone, "test", keys))
+    assert isinstance(error, ConnectionError) and "helpers.ObjectStore().start()" in str(error)
+    error = helpers.error_of(lambda: helpers.S3Dataset(store.endpoint(), "nope", keys))
+    assert isinstance(error, LookupError) and "make_bucket('nope'" in str(error)
+    wrong = dataclasses.replace(store.endpoint(), secret_key="wrong")
+    error = helpers.error_of(lambda: helpers.S3Dataset(wrong, "test", keys))
+    assert isinstance(error, PermissionError) and "access key" in str(error)
+    unknown = dataclasses.replace(store.endpoint(), access_key="AKIANOBODY")
+    assert isinstance(helpers.error_of(lambda: helpers.S3Dataset(unknown, "test", keys)), PermissionError)
+
+
+def test_a_worker_meeting_a_stopped_store_raises_the_clear_error(keys):
+    with helpers.ObjectStore() as doomed:
+        doomed.make_bucket("test", count=4, size=16)
+        dataset = helpers.S3Dataset(doomed.endpoint(), "test", keys[:4])
+    loader = DataLoader(dataset, batch_size=2, num_workers=1)
+    with pytest.raises(ConnectionError, match="no object store answers"):
+        next(iter(loader))
+
+
+def test_bad_arguments_are_refused(store, keys):
+    with pytest.raises(ValueError, match="latency_s"):
+        store.endpoint(latency_s=-1)
+    with pytest.raises(ValueError, match="bandwidth"):
+        store.endpoint(bandwidth=0)
+    with pytest.raises(ValueError, match="threads"):
+        helpers.S3Dataset(store.endpoint(), "test", keys, threads=0)
+    with pytest.raises(ValueError, match="keys is empty"):
+        helpers.S3Dataset(store.endpoint(), "test", [])
+    with pytest.raises(ValueError, match="count and size"):
+        store.make_bucket("x", count=0, size=1)
+    with pytest.raises(TypeError, match="helpers.Endpoint"):
+        helpers.S3Dataset("http://127.0.0.1:1", "test", keys)
+    with pytest.raises(TypeError, match="S3Dataset"):
+        helpers.measure_requests(DataLoader(list(range(4))))
+    with pytest.raises(helpers.StoreError, match="start"):
+        helpers.ObjectStore().endpoint()
+
+
+def test_thread_pool_puts_a_batch_in_flight_and_one_get_at_a_time_does_not(store, keys):
+    remote = store.endpoint(latency_s=0.03)
+    step = helpers.ModelledStep(0.001)
+    serial = DataLoader(helpers.S3Dataset(remote, "test", keys[:16]), batch_size=8, num_workers=1)
+    _, one = helpers.measure_requests(serial, step, progress=False)
+    pooled = DataLoader(helpers.S3Dataset(remote, "test", keys[:16], threads=8), batch_size=8, num_workers=1)
+    _, many = helpers.measure_requests(pooled, step, progress=False)
+    assert one.peak_in_flight() == 1 and many.peak_in_flight() == 8
+    assert many.samples_per_s() > 2 * one.samples_per_s()
+    assert set(one.column("worker")) == {0} and len(set(many.column("thread"))) == 8
+
+
+def test_local_cache_serves_the_second_epoch(store, keys, tmp_path):
+    remote = store.endpoint(latency_s=0.01)
+    dataset = helpers.S3Dataset(remote, "test", keys, threads=4, cache_dir=tmp_path)
+    loader = DataLoader(dataset, batch_size=6, num_workers=2, shuffle=True)
+    _, requests = helpers.measure_requests(loader, epochs=2, progress=False, store=store)
+    cached = requests.column("cached")
+    assert cached.sum() == len(keys) and len(cached) == 2 * len(keys)
+    assert requests.carried[0] > len(keys) * 4096 and requests.carried[1] == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(k.replace("/", "_") for k in keys)
+
+
+def test_samples_carry_their_bytes(store, keys):
+    dataset = helpers.S3Dataset(store.endpoint(), "test", keys)
+    client = store.endpoint().client()
+    expected = client.get_object(Bucket="test", Key=keys[3])["Body"].read()
+    sample = dataset[3]
+    assert bytes(sample["data"].numpy()) == expected and int(sample["index"]) == 3
+
+
+def test_requests_in_flight_arithmetic():
+    rows = np.array(
+        [
+            [0, 0, 0.0, 0.5, 1.0, 0],
+            [0, 1, 0.5, 0.6, 2.0, 0],
+            [1, 0, 1.0, 1.1, 1.5, 0],
+            [1, 0, 3.0, 3.0, 3.0, 1],
+        ],
+        dtype=float,
+    )
+    requests = Requests(rows)
+    t, n = requests.in_flight()
+    assert list(n) == [1, 2, 1, 2, 1, 0] and list(t) == [0.0, 0.5, 1.0, 1.0, 1.5, 2.0]
+    assert requests.peak_in_flight() == 2
+    assert requests.samples_per_s() == pytest.approx(3 / 2.0)
+    assert requests.median_s() == pytest.approx(1.0)
+    assert requests.median_s("first_byte") == pytest.approx(0.1)
+    assert requests.median_in_flight() in (1, 2)
