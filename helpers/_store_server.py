@@ -9,7 +9,11 @@ the user it created, then answers commands read from stdin —
   that delays every byte by half the round trip in each direction and sends at most
   ``bandwidth`` bytes/s per connection; answers ``{"port": ...}``;
 - ``{"cmd": "stats"}``: connections and bytes each proxy has carried;
-- end of input (the parent closed the pipe or died): stop everything and exit.
+- end of input (the parent closed the pipe or died): stop everything and exit; the child
+  also exits when its parent process is gone (a thread watches it).
+
+moto's server (werkzeug) closes each connection after one response, so every request is a
+new connection through the proxy; the proxy delays bytes, not connection set-up.
 
 Authentication is on: the server allows three unauthenticated calls (to create a user,
 give it a policy and an access key), then checks every request's signature, so wrong
@@ -77,13 +81,16 @@ class _Pipe:
                     if not self.queue:
                         break
                     due, _, data = heapq.heappop(self.queue)
-                wait = max(due, free_at) - time.monotonic()
+                # store and forward: a chunk leaves when it has arrived (its delay) and the link has
+                # carried it (its size / bandwidth after the previous chunk left)
+                send_at = max(due, free_at) + (len(data) / self.bandwidth if self.bandwidth else 0.0)
+                wait = send_at - time.monotonic()
                 if wait > 0:
                     time.sleep(wait)
+                free_at = send_at
                 self.sink.sendall(data)
-                self.counter["bytes"] += len(data)
-                if self.bandwidth:
-                    free_at = max(due, free_at) + len(data) / self.bandwidth
+                with self.counter["lock"]:
+                    self.counter["bytes"] += len(data)
         except OSError:
             pass
         for sock in (self.sink, self.source):
@@ -100,7 +107,7 @@ class Proxy:
         self.server_port, self.latency_s, self.bandwidth = server_port, latency_s, bandwidth
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
-        self.stats = {"connections": 0, "bytes": 0}
+        self.stats = {"connections": 0, "bytes": 0, "lock": threading.Lock()}
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:
@@ -109,7 +116,11 @@ class Proxy:
                 client, _ = self.listener.accept()
             except OSError:
                 return
-            upstream = socket.create_connection(("127.0.0.1", self.server_port))
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.server_port))
+            except OSError:  # the server is stopping: refuse this client, keep accepting
+                client.close()
+                continue
             for sock in (client, upstream):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self.stats["connections"] += 1
@@ -149,8 +160,19 @@ def _say(message: dict) -> None:
     sys.stdout.flush()
 
 
+def _watch_parent(parent: int) -> None:
+    """Exit when the parent process is gone. End of input on stdin says so too, but a
+    DataLoader worker forked by the parent inherits the pipe's write end and keeps it open
+    until it exits; this does not wait for that."""
+    while os.getppid() == parent:
+        time.sleep(0.5)
+    os._exit(0)
+
+
 def main() -> None:
     import logging
+
+    threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per request
     from moto.server import ThreadedMotoServer
@@ -168,7 +190,14 @@ def main() -> None:
             proxies.append(proxy)
             _say({"port": proxy.port})
         elif command["cmd"] == "stats":
-            _say({"proxies": [{"port": p.port, **p.stats} for p in proxies]})
+            _say(
+                {
+                    "proxies": [
+                        {"port": p.port, "connections": p.stats["connections"], "bytes": p.stats["bytes"]}
+                        for p in proxies
+                    ]
+                }
+            )
         else:
             _say({"error": f"unknown command {command['cmd']!r}"})
     for proxy in proxies:

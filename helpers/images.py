@@ -101,14 +101,15 @@ def train_transform(crop: int, *, normalize: bool = False):
 
 
 def normalize_on_device(images: torch.Tensor, device: Any = "cpu") -> torch.Tensor:
-    """uint8 images (N, 3, H, W) → float32 normalised on ``device``: the copy moves 1 byte per
-    value, and the conversion runs where the model runs."""
+    """uint8 images (N, 3, H, W) → float32 normalised on ``device`` with the v2 transforms
+    ``ToDtype(float32, scale=True)`` and ``Normalize(MEAN, STD)``, which work on a batch and on
+    any device: the copy moves 1 byte per value, and the conversion runs where the model runs."""
+    from torchvision.transforms import v2
+
     if images.dtype != torch.uint8:
         raise TypeError(f"normalize_on_device expects the loader's uint8 images, got {images.dtype}")
-    images = images.to(device, non_blocking=True).float().div_(255)
-    mean = torch.tensor(MEAN, device=images.device).view(1, 3, 1, 1)
-    std = torch.tensor(STD, device=images.device).view(1, 3, 1, 1)
-    return images.sub_(mean).div_(std)
+    to_float = v2.Compose([v2.ToDtype(torch.float32, scale=True), v2.Normalize(MEAN, STD)])
+    return to_float(images.to(device, non_blocking=True))
 
 
 class JpegDataset(Dataset):

@@ -35,6 +35,7 @@ from time import perf_counter as clock
 from typing import Any
 
 import numpy as np
+import psutil
 import torch
 from torch.utils.data import Dataset, get_worker_info
 
@@ -165,6 +166,8 @@ class ObjectStore:
             bufsize=1,
         )
         self._process = process
+        self._lines: queue.Queue = queue.Queue()
+        threading.Thread(target=_pump, args=(process.stdout, self._lines), daemon=True).start()
         self._finalizer = weakref.finalize(self, _stop_process, process, self._errors)
         atexit.register(self._finalizer)
         try:
@@ -202,12 +205,9 @@ class ObjectStore:
         return ([self.port] if self.port else []) + list(self._proxies.values())
 
     def _read(self, timeout_s: float) -> dict:
-        assert self._process is not None and self._process.stdout is not None
-        lines: queue.Queue = queue.Queue()
-        reader = threading.Thread(target=lambda: lines.put(self._process.stdout.readline()), daemon=True)
-        reader.start()
+        """The child's next message (one reader thread per child feeds them in order)."""
         try:
-            line = lines.get(timeout=timeout_s)
+            line = self._lines.get(timeout=timeout_s)
         except queue.Empty:
             raise StoreError(f"the object store did not answer within {timeout_s:.0f} s") from None
         if not line:
@@ -252,7 +252,7 @@ class ObjectStore:
         if key == (0.0, None):
             port = self.port
         else:
-            if key not in self._proxies:
+            if key not in self._proxies:  # _ask holds the lock while it talks to the child
                 self._proxies[key] = self._ask({"cmd": "proxy", "latency_s": key[0], "bandwidth": key[1]})[
                     "port"
                 ]
@@ -328,6 +328,16 @@ class ObjectStore:
         return f"<ObjectStore {state}, {len(self._proxies)} proxies>"
 
 
+def _pump(stream: Any, lines: queue.Queue) -> None:
+    """Move the child's output lines into a queue until it ends (then one empty line)."""
+    try:
+        for line in stream:
+            lines.put(line)
+    except (OSError, ValueError):
+        pass
+    lines.put("")
+
+
 def _stop_process(process: subprocess.Popen, errors: Any = None) -> None:
     """Close the child's input (it stops its server and exits), then make sure it did."""
     if process.poll() is None:
@@ -367,6 +377,16 @@ def port_open(port: int) -> bool:
 # -- the dataset ---------------------------------------------------------------------------
 #: The columns of a sample's ``"request"`` row.
 REQUEST_FIELDS = ("worker", "thread", "start", "first_byte", "end", "cached")
+
+
+_LANES = threading.Lock()
+
+
+def cache_name(key: str) -> str:
+    """The local file name for an object key (quoted: distinct keys never share a file)."""
+    from urllib.parse import quote
+
+    return quote(key, safe="")
 
 
 class S3Dataset(Dataset):
@@ -420,7 +440,7 @@ class S3Dataset(Dataset):
     def _get(self, index: int) -> dict[str, torch.Tensor]:
         _, client, _, threads = self._process_state()
         key = self.keys[index]
-        cached_file = None if self.cache_dir is None else self.cache_dir / key.replace("/", "_")
+        cached_file = None if self.cache_dir is None else self.cache_dir / cache_name(key)
         start = clock()
         if cached_file is not None and cached_file.exists():
             body = cached_file.read_bytes()
@@ -436,11 +456,17 @@ class S3Dataset(Dataset):
             end = clock()
             cached = 0.0
             if cached_file is not None:
-                partial = cached_file.with_suffix(f".{os.getpid()}.{threading.get_ident()}.part")
-                partial.write_bytes(body)
-                os.replace(partial, cached_file)  # atomic: another worker never reads half a file
+                partial = cached_file.with_name(
+                    f"{cached_file.name}.{os.getpid()}.{threading.get_ident()}.part"
+                )
+                try:
+                    partial.write_bytes(body)
+                    os.replace(partial, cached_file)  # atomic: another worker never reads half a file
+                finally:
+                    partial.unlink(missing_ok=True)
         info = get_worker_info()
-        thread = threads.setdefault(threading.get_ident(), len(threads))
+        with _LANES:
+            thread = threads.setdefault(threading.get_ident(), len(threads))
         row = torch.tensor(
             [-1 if info is None else info.id, thread, start, first, end, cached], dtype=torch.float64
         )
@@ -469,6 +495,8 @@ class Requests:
     rows: np.ndarray  #: shape (n, 6)
     #: bytes the endpoint's proxy carried during each epoch (when measured with ``store=``)
     carried: list[int] | None = None
+    #: the share of all the machine's cores busy (any process) during the recording
+    cpu_busy: float = float("nan")
 
     def column(self, name: str) -> np.ndarray:
         return self.rows[:, REQUEST_FIELDS.index(name)] if len(self.rows) else np.zeros(0)
@@ -497,17 +525,30 @@ class Requests:
         return events[:, 0], np.cumsum(events[:, 1])
 
     def samples_per_s(self, cached: bool | None = False) -> float:
-        """Samples per second while the requests ran: how many, over the time from the first
-        request's start to the last one's end (``cached=None``: every sample, cached or not)."""
-        rows = (
-            self.rows
-            if cached is None or not len(self.rows)
-            else self.rows[self.column("cached") == float(cached)]
-        )
+        """Samples per second while every worker was making requests: from the moment the last
+        worker started its first request to the moment the first worker ended its last, each
+        request counted by the share of it inside that window (so the workers' staggered
+        start-up does not count). When the workers overlapped for under a quarter of the
+        whole span, the whole span. ``cached=None``: every sample, cached or not."""
+        rows = self.rows
+        if cached is not None and len(rows):
+            rows = rows[rows[:, REQUEST_FIELDS.index("cached")] == float(cached)]
         if len(rows) < 2:
             return float("nan")
-        span = rows[:, 4].max() - rows[:, 2].min()
-        return len(rows) / span if span > 0 else float("nan")
+        start, end = rows[:, 2], rows[:, 4]
+        workers = np.unique(rows[:, 0])
+        firsts = [start[rows[:, 0] == w].min() for w in workers]
+        lasts = [end[rows[:, 0] == w].max() for w in workers]
+        lo, hi = max(firsts), min(lasts)
+        if hi - lo < 0.25 * (max(lasts) - min(firsts)):
+            lo, hi = min(firsts), max(lasts)
+        if hi <= lo:
+            return float("nan")
+        duration = end - start
+        inside = np.clip(np.minimum(end, hi) - np.maximum(start, lo), 0, None)
+        safe = np.where(duration > 0, duration, 1.0)
+        share = np.where(duration > 0, inside / safe, ((start >= lo) & (start <= hi)).astype(float))
+        return float(share.sum() / (hi - lo))
 
     def peak_in_flight(self) -> int:
         return int(self.in_flight()[1].max()) if len(self.rows) else 0
@@ -569,11 +610,20 @@ def measure_requests(
             if batch.index == last:
                 marks.append(store.bytes_through(dataset.endpoint))
 
+    cpu_before = psutil.cpu_times()
     collect = _Collect(step, clock())
     timeline = record(loader, collect, epochs=epochs, progress=progress, on_batch=on_batch)
+    cpu_after = psutil.cpu_times()
     rows = np.concatenate(collect.rows) if collect.rows else np.zeros((0, len(REQUEST_FIELDS)))
     carried = [int(b - a) for a, b in zip(marks, marks[1:], strict=False)] if store is not None else None
-    return timeline, Requests(rows, carried)
+    return timeline, Requests(rows, carried, cpu_busy(cpu_before, cpu_after))
+
+
+def cpu_busy(before: Any, after: Any) -> float:
+    """The share of all cores that was busy between two ``psutil.cpu_times()`` readings."""
+    total = sum(after) - sum(before)
+    idle = (after.idle - before.idle) + (getattr(after, "iowait", 0) - getattr(before, "iowait", 0))
+    return float(1 - idle / total) if total > 0 else float("nan")
 
 
 def samples_per_s(timeline: Any, epoch: int | None = None) -> float:
@@ -601,8 +651,9 @@ class ObjectTiming:
 
 
 def time_objects(endpoint: Endpoint, bucket: str, keys: Sequence[str], *, source: str) -> list[ObjectTiming]:
-    """GET each key once, one after another, on one client (after one warm-up GET that
-    opens the connection): time to the response's headers and to the last byte."""
+    """GET each key once, one after another, on one client (after one warm-up GET of the
+    first key, which loads what the client loads on first use): time to the response's
+    headers and to the last byte. (The lab's server opens a new connection per request.)"""
     client = endpoint.client()
     out = []
     try:

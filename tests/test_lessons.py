@@ -834,7 +834,7 @@ def test_copy_on_read_checks_report_their_premises():
 
 # -- 13 remote storage ------------------------------------------------------------------------
 def remote_case(*, added=0.040, serial_rate=45.0, pool_rate=230.0, alone=0.046, crowded=0.064, peaks=(2, 16),
-                carried=0, cache_rates=(270.0, 8000.0)):
+                carried=0, cache_rates=(270.0, 8000.0), busy=(0.3, 0.6)):
     """Measurements like notebook 13's (40 ms round trip, 2 workers, 8 threads)."""
     import numpy as np
 
@@ -850,15 +850,15 @@ def remote_case(*, added=0.040, serial_rate=45.0, pool_rate=230.0, alone=0.046, 
                     ObjectTiming("remote", small, 0.003 + added, 0.0032 + added),
                     ObjectTiming("remote", large, 0.004 + added, 0.004 + added + large / 25e6)]
 
-    def requests(peak, duration):
+    def requests(peak, duration, cpu_busy):
         # ``peak`` requests side by side, each lasting ``duration``, three waves
         rows = [[0, j, w * duration, w * duration + duration * 0.99, (w + 1) * duration, 0]
                 for w in range(3) for j in range(peak)]
-        return Requests(np.array(rows, dtype=float))
+        return Requests(np.array(rows, dtype=float), cpu_busy=cpu_busy)
 
     return dict(timings=timings, latency_s=rtt, small=small, large=large,
-                serial=(serial_rate, requests(peaks[0], alone), 2),
-                threaded=(pool_rate, requests(peaks[1], crowded), 2, 8),
+                serial=(serial_rate, requests(peaks[0], alone, busy[0]), 2),
+                threaded=(pool_rate, requests(peaks[1], crowded, busy[1]), 2, 8),
                 cache=(*cache_rates, carried))
 
 
@@ -900,10 +900,24 @@ def test_remote_checks_fail_when_threads_do_not_overlap_requests():
 def test_remote_threads_premise_fails_when_the_cpu_limits():
     from helpers.lessons import remote
 
-    # every request took 5× longer under threads: the CPU, not the latency, limited the run
-    checks = remote.checks(**remote_case(pool_rate=60.0, crowded=0.046 * 5))
+    # every request took 5× longer under threads and the cores were all busy: the CPU limited the run
+    checks = remote.checks(**remote_case(pool_rate=60.0, crowded=0.046 * 5, busy=(0.3, 0.97)))
     (threads,) = [c for c in checks if "multiply samples/s" in c.claim]
     assert threads.passed is None and "CPU" in threads.premise
+    # the same gain with idle cores: the threads did not overlap their requests
+    checks = remote.checks(**remote_case(pool_rate=60.0, crowded=0.046 * 5, busy=(0.3, 0.4)))
+    (threads,) = [c for c in checks if "multiply samples/s" in c.claim]
+    assert threads.passed is False
+
+
+def test_remote_serial_check_fails_far_below_the_latency_bound_unless_the_cpu_was_busy():
+    from helpers.lessons import remote
+
+    (serial,) = [c for c in remote.checks(**remote_case(serial_rate=15.0)) if "one GET at a time" in c.claim]
+    assert serial.passed is False
+    busy = remote.checks(**remote_case(serial_rate=15.0, busy=(0.95, 0.6)))
+    (serial,) = [c for c in busy if "one GET at a time" in c.claim]
+    assert serial.passed is None and "busy" in serial.premise
 
 
 def test_remote_checks_fail_when_the_cache_does_not_serve_epoch_2():
@@ -922,7 +936,7 @@ def images_case(**changes):
                 lags={0: 0.0, 1: 0.0, 2: 0.01, 3: 0.02}, spans={0: 1.8, 1: 1.9, 2: 1.0, 3: 1.1},
                 threads={"large": {"1 worker": 460.0, "2 threads": 730.0, "2 workers": 820.0},
                          "tiny": {"1 worker": 4400.0, "2 threads": 1340.0, "2 workers": 7700.0}},
-                nbytes={"uint8": 4_816_896, "float32": 19_267_584}, shard=(0.89, 0.15))
+                shard=(0.89, 0.15))
     case.update(changes)
     return case
 
@@ -954,13 +968,18 @@ def test_images_checks_fail_when_threads_behave_the_other_way():
     assert any("tiny images" in c for c in failed)
 
 
-def test_images_checks_fail_on_float_batches_and_a_slow_shard():
+def test_images_checks_fail_on_a_slow_shard():
     from helpers.lessons import images
 
-    case = images_case(nbytes={"uint8": 100, "float32": 100}, shard=(0.9, 0.8))
-    failed = {c.claim for c in images.checks(**case) if c.passed is False}
-    assert any("quarter" in c for c in failed)
+    failed = {c.claim for c in images.checks(**images_case(shard=(0.9, 0.8))) if c.passed is False}
     assert any("shard" in c for c in failed)
+
+
+def test_images_beyond_the_cores_is_untested_where_the_sweep_stops_short():
+    from helpers.lessons import images
+
+    (beyond,) = [c for c in images.checks(**images_case(machine_cores=16)) if "beyond the cores" in c.claim]
+    assert beyond.passed is None and "16 cores" in beyond.premise
 
 
 def test_images_premises_fail_without_free_cores_or_with_a_late_worker():

@@ -12,6 +12,8 @@ from ..remote import Requests, median_timing
 #: How much longer than a local file's the first byte from remote storage takes, at least
 #: (the article: "orders of magnitude").
 ORDERS = 100.0
+#: A run during which this share of all cores was busy was limited by the CPU, not the latency.
+BUSY = 0.85
 
 
 def _spread(values) -> float:
@@ -50,7 +52,8 @@ def checks(
     )
     added = remote - server
     spread = _spread([t.first_byte_s for t in timings if t.source == "server" and t.size == small])
-    upper = latency_s + max(0.5 * latency_s, 3 * spread)
+    # below two round trips whatever the noise: "one round trip, not two" must stay testable
+    upper = latency_s + min(max(0.5 * latency_s, 3 * spread), 0.9 * latency_s)
     claim = "the proxy adds one round trip to the first byte (not less, not two)"
     text = (
         f"{added * 1e3:.1f} ms over the server's own {server * 1e3:.1f} ms "
@@ -70,16 +73,25 @@ def checks(
     )
 
     serial_rate, serial_requests, serial_workers = serial
-    bound = serial_workers / latency_s
-    out.append(
-        at_most(
-            f"one GET at a time: {serial_workers} workers deliver at most workers / round trip samples/s",
-            serial_rate,
-            1.05 * bound,
-            unit=" samples/s",
-            what=f"{serial_workers} / {latency_s * 1e3:.0f} ms, +5 %",
-        )
+    # The same requests, alone: a worker waits a round trip plus the server's own time per sample.
+    alone_s = latency_s + server
+    claim = (
+        f"one GET at a time: {serial_workers} workers deliver about workers / (round trip + server) "
+        "samples/s — at most that, at least 70 % of it"
     )
+    text = (
+        f"{serial_rate:.0f} samples/s ({serial_workers} / {alone_s * 1e3:.0f} ms = "
+        f"{serial_workers / alone_s:.0f}; at most {1.05 * serial_workers / latency_s:.0f}: "
+        f"{serial_workers} / round trip + 5 %)"
+    )
+    if serial_rate > 1.05 * serial_workers / latency_s:
+        out.append(holds(claim, False, text))
+    elif serial_requests.cpu_busy >= BUSY:
+        out.append(
+            premise_failed(claim, text, f"the cores were {serial_requests.cpu_busy:.0%} busy during the run")
+        )
+    else:
+        out.append(holds(claim, serial_rate >= 0.7 * serial_workers / alone_s, text))
     rate, requests, workers, threads = threaded
     out.append(
         holds(
@@ -90,28 +102,27 @@ def checks(
             f"peak {serial_requests.peak_in_flight()} and {requests.peak_in_flight()}",
         )
     )
-    alone, crowded = serial_requests.median_s(), requests.median_s()
-    predicted = (workers * threads / serial_workers) * alone / crowded
+    concurrency = workers * threads / serial_workers
     claim = (
-        "threads in __getitems__ multiply samples/s as the latency model predicts "
-        "(concurrency ÷ request time; at least half of it)"
+        "threads in __getitems__ multiply samples/s by about the concurrency "
+        f"({workers} × {threads} vs {serial_workers} in flight: at least half of {concurrency:.0f}×)"
     )
     measured = rate / serial_rate
     text = (
-        f"{measured:.1f}× (predicted {predicted:.1f}×: {workers * threads} vs {serial_workers} in flight, "
-        f"a request {crowded * 1e3:.0f} vs {alone * 1e3:.0f} ms)"
+        f"{measured:.1f}× ({serial_rate:.0f} → {rate:.0f} samples/s; a request took "
+        f"{requests.median_s() * 1e3:.0f} ms vs {serial_requests.median_s() * 1e3:.0f} ms alone)"
     )
-    if predicted < 2:
+    if measured < 0.5 * concurrency and requests.cpu_busy >= BUSY:
         out.append(
             premise_failed(
                 claim,
                 text,
-                f"requests took {crowded / alone:.1f}× longer with threads: "
-                "the CPU, not the latency, limited this run",
+                f"the cores were {requests.cpu_busy:.0%} busy during the threaded run: "
+                "the CPU, not the latency, limited it",
             )
         )
     else:
-        out.append(holds(claim, measured >= 0.5 * predicted, text))
+        out.append(holds(claim, measured >= 0.5 * concurrency, text))
 
     claims = (
         "with a local cache, no request reaches the store in epoch 2",
