@@ -8,8 +8,9 @@ forkserver does not pay for matplotlib or ipywidgets.
 
 Layers, bottom to top: ``config``, ``torch_internals``, ``system``, ``transfer`` →
 ``datasets``, ``storage``, ``models``, ``settings``, ``hooks``, ``timeline``,
-``recorder``, ``workers``, ``copy_on_read``, ``remote``, ``images``, ``failures``, ``prefetch``,
-``predict`` → ``theory``, ``checks``,
+``recorder``, ``workers``, ``copy_on_read``, ``remote``, ``images``, ``resume``, ``distributed``,
+``failures``,
+``prefetch``, ``predict`` → ``theory``, ``checks``, ``diagnosis``,
 ``analysis``, ``lessons``, ``setup_check`` → ``plots``, ``widgets``.
 """
 
@@ -55,6 +56,16 @@ from .datasets import (
     burn_cpu,
     mnist_like,
 )
+from .diagnosis import (
+    Diagnosis,
+    Recommendation,
+    SlowCollate,
+    diagnose,
+    mystery_loader,
+    profile,
+    profiler_agreement,
+)
+from .distributed import DistRun, RankRecord, SetEpochSampler, SlowIds, SyncStep, launch
 from .failures import (
     ShmMonitor,
     child_processes,
@@ -100,6 +111,15 @@ from .remote import (
     timing_table,
 )
 from .report import Table, progress, table
+from .resume import (
+    SET_VITAL_FILTER,
+    IdDataset,
+    ResumeResult,
+    kill_and_resume,
+    set_vital_warning,
+    snapshot_cost,
+    stateful_loader,
+)
 from .settings import HAS_IN_ORDER, LoaderSettings
 from .setup_check import checks_html, run_setup_checks
 from .storage import BatchedSqliteDataset, SqliteDataset, make_sqlite_db
@@ -154,11 +174,16 @@ _LAZY = {
     "plot_requests": "plots",
     "plot_concurrency": "plots",
     "plot_image_rates": "plots",
+    "plot_resume": "plots",
+    "plot_ranks": "plots",
     "show_image": "plots",
     "ImageExplorer": "widgets",
     "TimelineExplorer": "widgets",
     "MemoryExplorer": "widgets",
     "RemoteExplorer": "widgets",
+    "ResumeExplorer": "widgets",
+    "DiagnoseExplorer": "widgets",
+    "DistExplorer": "widgets",
 }
 
 
@@ -186,6 +211,11 @@ __all__ = [
     "JpegDataset", "cost_per_image", "deprecation_notice", "images_per_s", "make_jpegs",
     "normalize_on_device", "pack_tar", "tar_index", "train_transform", "gpu_decode_rate", "worker_lag_s",
     "fetch_span_s",
+    "Diagnosis", "Recommendation", "SlowCollate", "diagnose", "mystery_loader", "profile",
+    "profiler_agreement",
+    "DistRun", "SetEpochSampler", "RankRecord", "SlowIds", "SyncStep", "launch",
+    "SET_VITAL_FILTER", "IdDataset", "ResumeResult", "kill_and_resume", "set_vital_warning", "snapshot_cost",
+    "stateful_loader",
     "ForumMLP", "ModelledStep", "TrainStep", "TutorialNet",
     "Prediction", "BatchTransform", "DevicePrefetcher", "SerialisedDevicePrefetcher", "ThreadPrefetcher",
     "batch_nbytes", "copy_bandwidth", "nonblocking_readback_trap", "pin_memory_warning",

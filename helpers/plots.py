@@ -539,3 +539,61 @@ def show_image(image, *, title: str = "") -> Axes:
     if title:
         ax.set_title(title, fontsize=10)
     return ax
+
+
+def plot_resume(results: dict) -> Figure:
+    """One row per resumed epoch (:class:`helpers.resume.ResumeResult`): how many times each
+    sample id was trained on — green once, orange twice or more, red never."""
+    import numpy as np
+
+    fig, axes = plt.subplots(len(results), 1, figsize=(12, 0.9 + 0.75 * len(results)), sharex=True,
+                             layout="constrained", squeeze=False)
+    colours = matplotlib.colors.ListedColormap(["#cf222e", "#1a7f37", "#d4a72c", "#9a6700"])
+    for ax, (name, result) in zip(axes[:, 0], results.items(), strict=True):
+        counts = np.array([result.counts.get(i, 0) for i in range(result.n)])
+        ax.imshow(np.minimum(counts, 3)[None, :], aspect="auto", cmap=colours, vmin=0, vmax=3,
+                  interpolation="nearest")
+        ax.set_yticks([0], [name], fontsize=9)
+        ax.text(1.005, 0.5, f"{result.repeated} repeats, {len(result.missing)} missing",
+                transform=ax.transAxes, va="center", fontsize=8)
+    axes[-1, 0].set_xlabel("sample id (green: trained on once · orange: twice or more · red: never)")
+    return fig
+
+
+def plot_ranks(run, *, title: str | None = None) -> Figure:
+    """One figure for a torchrun launch (:class:`helpers.distributed.DistRun`): per rank, the
+    training loop's row — waiting for data (red), computing (green), waiting in all_reduce for
+    the other ranks (orange) — and one row per DataLoader worker (fetches, blue); all ranks on
+    the machine's clock."""
+    rows = []
+    for r in run.ranks:
+        rows.append((r, "loop", None))
+        rows += [(r, "worker", w) for w in sorted({b.worker for b in r.timeline.batches})]
+    fig, ax = plt.subplots(figsize=(12, 1.0 + 0.38 * len(rows)), layout="constrained")
+    start = min(r.origin for r in run.ranks)
+    orange = matplotlib.colormaps["tab10"](1)
+    for y, (r, kind, worker) in enumerate(reversed(rows)):
+        shift = r.origin - start
+        if kind == "loop":
+            spans = [(b.wait_start, b.ready, COLORS["wait"]) for b in r.timeline.batches]
+            ordered = sorted(r.timeline.batches, key=lambda b: b.ready)
+            for b, (s0, s1) in zip(ordered, r.sync_spans, strict=False):
+                spans += [(b.step_start, s0, COLORS["step"]), (s0, s1, orange)]
+        else:
+            spans = [(b.fetch_start, b.fetch_end, COLORS["fetch"])
+                     for b in r.timeline.batches if b.worker == worker]
+        for s0, s1, colour in spans:
+            ax.barh(y, max(s1 - s0, 1e-4), left=s0 + shift, height=_BAR_HEIGHT, color=colour, linewidth=0)
+    labels = [f"rank {r.rank} loop" if kind == "loop" else f"rank {r.rank} worker {worker}"
+              for r, kind, worker in rows]
+    ax.set_yticks(range(len(rows)), list(reversed(labels)), fontsize=8)
+    ax.set_xlabel("seconds (all ranks on one clock)")
+    ax.legend(handles=[Patch(color=COLORS["wait"], label="waits for data"),
+                       Patch(color=COLORS["step"], label="computes (modelled)"),
+                       Patch(color=orange, label="waits in all_reduce for the other ranks"),
+                       Patch(color=COLORS["fetch"], label="worker fetches")],
+              fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    if title:
+        ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3, axis="x")
+    return fig

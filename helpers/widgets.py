@@ -549,3 +549,238 @@ class ImageExplorer:
 
     def _ipython_display_(self) -> None:
         display(self.widget)
+
+
+class ResumeExplorer:
+    """Knobs for notebook 15: how to resume (StatefulDataLoader, restart, skip-by-count),
+    ``in_order``, workers, when the training process is killed and how often it
+    checkpoints; Run kills and resumes one epoch in child processes and draws, per sample,
+    how often it was trained on.
+
+    :meth:`show` runs once right away (a failure raises in the cell); button runs show
+    errors in the widget. ``last_result`` holds the latest :class:`helpers.ResumeResult`."""
+
+    def __init__(self, *, n: int = 256, batch_size: int = 8, step_s: float = 0.02):
+        style, layout = {"description_width": "130px"}, W.Layout(width="380px")
+        self.n, self.batch_size, self.step_s = n, batch_size, step_s
+        steps = -(-n // batch_size)
+        self.kind = W.Dropdown(options=["stateful", "restart", "skip"], value="stateful",
+                               description="resume by", style=style, layout=layout)
+        self.in_order = W.Checkbox(value=True, description="in_order", indent=False,
+                                   layout=W.Layout(width="auto"))
+        self.num_workers = W.IntSlider(value=2, min=0, max=4, description="num_workers", style=style,
+                                       layout=layout, continuous_update=False)
+        self.kill_after = W.IntSlider(value=min(13, steps - 1), min=2, max=steps - 1,
+                                      description="kill after step", style=style, layout=layout,
+                                      continuous_update=False)
+        self.every = W.IntSlider(value=5, min=1, max=10, description="checkpoint every", style=style,
+                                 layout=layout, continuous_update=False)
+        self.run_button = W.Button(description="Run", button_style="primary", icon="play")
+        self.status, self.summary, self.output = W.HTML(), W.HTML(), W.Output()
+        self.runs, self.last_result = 0, None
+        self.run_button.on_click(lambda _button: self.run(raise_errors=False))
+        knobs = W.VBox([self.kind, self.num_workers, self.kill_after, self.every])
+        flags = W.VBox([self.in_order, W.HBox([self.run_button]), self.status],
+                       layout=W.Layout(width="300px"))
+        self.widget = W.VBox([W.HBox([knobs, flags]), self.summary, self.output])
+
+    def show(self) -> None:
+        """Display the explorer and run it once with its current knobs (raises on failure)."""
+        display(self.widget)
+        self.run(raise_errors=True)
+
+    def run(self, raise_errors: bool = True):
+        from .plots import plot_resume
+        from .resume import kill_and_resume
+
+        self.run_button.disabled = True
+        try:
+            self.status.value = "<i>running…</i>"
+            every = min(self.every.value, self.kill_after.value)
+            in_order = self.in_order.value
+            # out of order: the batch before the checkpoint is cold in the first run (as in section 2)
+            cold = None if in_order or self.num_workers.value == 0 else \
+                self.kill_after.value // every * every - 1
+            result = kill_and_resume(self.kind.value, n=self.n, batch_size=self.batch_size,
+                                     num_workers=self.num_workers.value, kill_after=self.kill_after.value,
+                                     every=every, in_order=in_order, step_s=self.step_s,
+                                     load_s=0.0 if in_order else 0.002, shuffle=cold is None,
+                                     cold_batch=cold)
+            self.runs += 1
+            self.last_result = result
+            name = f"{self.kind.value}, in_order={in_order}, {self.num_workers.value} workers"
+            figure = plot_resume({name: result})
+            self.summary.value = f"<p><b>Run {self.runs}:</b> {html.escape(result.describe())}</p>"
+            self.status.value = f"<b>run {self.runs} done</b>"
+            _show_figure(self.output, figure)
+            return result
+        except Exception as error:  # shown in the widget; raised again on request
+            self.status.value = ""
+            self.summary.value = _error_html(error)
+            if raise_errors:
+                raise
+            return None
+        finally:
+            self.run_button.disabled = False
+
+    def _ipython_display_(self) -> None:
+        display(self.widget)
+
+
+class DiagnoseExplorer:
+    """Knobs for notebook 16: a loader's settings (workers, prefetch depth, persistence, start
+    method) and its costs (load per sample, collate per batch, the step); Run diagnoses it with
+    :func:`helpers.diagnose` and shows the timeline, the table and the recommendations — follow
+    one and run again.
+
+    :meth:`show` runs once right away (a failure raises in the cell); button runs show
+    errors in the widget. ``last_diagnosis`` holds the latest :class:`helpers.Diagnosis`."""
+
+    def __init__(self, *, steps: int = 24, num_workers: int = 1, load_ms: int = 4, collate_ms: int = 0,
+                 step_ms: int = 20):
+        style, layout = {"description_width": "150px"}, W.Layout(width="400px")
+
+        def slider(value, low, high, description):
+            return W.IntSlider(value=value, min=low, max=high, description=description, style=style,
+                               layout=layout, continuous_update=False)
+
+        self.steps = steps
+        self.num_workers = slider(num_workers, 0, 6, "num_workers")
+        self.prefetch_factor = slider(2, 1, 8, "prefetch_factor")
+        self.load_ms = slider(load_ms, 0, 20, "load per sample (ms)")
+        self.collate_ms = slider(collate_ms, 0, 50, "collate per batch (ms)")
+        self.step_ms = slider(step_ms, 1, 100, "step (ms)")
+        self.persistent = W.Checkbox(value=False, description="persistent_workers", indent=False,
+                                     layout=W.Layout(width="auto"))
+        self.start_method = W.Dropdown(options=mp.get_all_start_methods(), value=config.start_method(),
+                                       description="start method", style=style, layout=layout)
+        self.run_button = W.Button(description="Run", button_style="primary", icon="play")
+        self.status, self.summary, self.output = W.HTML(), W.HTML(), W.Output()
+        self.runs, self.last_diagnosis = 0, None
+        self.run_button.on_click(lambda _button: self.run(raise_errors=False))
+        knobs = W.VBox([self.num_workers, self.prefetch_factor, self.load_ms, self.collate_ms])
+        flags = W.VBox([self.step_ms, self.start_method, self.persistent, W.HBox([self.run_button]),
+                        self.status], layout=W.Layout(width="420px"))
+        self.widget = W.VBox([W.HBox([knobs, flags]), self.summary, self.output])
+
+    def show(self) -> None:
+        """Display the explorer and run it once with its current knobs (raises on failure)."""
+        display(self.widget)
+        self.run(raise_errors=True)
+
+    def run(self, raise_errors: bool = True):
+        from torch.utils.data import DataLoader
+
+        from .datasets import WorkDataset
+        from .diagnosis import SlowCollate, diagnose
+
+        self.run_button.disabled = True
+        try:
+            self.status.value = "<i>running…</i>"
+            workers = self.num_workers.value
+            extra = dict(prefetch_factor=self.prefetch_factor.value, persistent_workers=self.persistent.value,
+                         multiprocessing_context=self.start_method.value) if workers else {}
+            loader = DataLoader(WorkDataset(256, item_wait_s=self.load_ms.value / 1e3), batch_size=16,
+                                shuffle=True, num_workers=workers,
+                                collate_fn=SlowCollate(self.collate_ms.value / 1e3), **extra)
+            d = diagnose(loader, ModelledStep(self.step_ms.value / 1e3), steps=self.steps, progress=False)
+            self.runs += 1
+            self.last_diagnosis = d
+            figure = d.plot().figure
+            advice = "".join(f"<li><b>{html.escape(r.knob)}</b>: {html.escape(r.advice)} — "
+                             f"{html.escape(r.because)}</li>" for r in d.recommendations)
+            self.summary.value = (f"<p><b>Run {self.runs}:</b> headspace {d.headspace:.2f}×, the loop waited "
+                                  f"{d.wait_share:.0%} of the run.</p><ul>{advice}</ul>")
+            self.status.value = f"<b>run {self.runs} done</b>"
+            _show_figure(self.output, figure)
+            return d
+        except Exception as error:  # shown in the widget; raised again on request
+            self.status.value = ""
+            self.summary.value = _error_html(error)
+            if raise_errors:
+                raise
+            return None
+        finally:
+            self.run_button.disabled = False
+
+    def _ipython_display_(self) -> None:
+        display(self.widget)
+
+
+class DistExplorer:
+    """Knobs for notebook 17: ranks, workers per rank and on the straggler rank, how slow the
+    straggler's data is, set_epoch and drop_last; Run launches torchrun and draws every rank's
+    loop and workers on one clock, with the steps/s and all_reduce waits per rank.
+
+    :meth:`show` runs once right away (a failure raises in the cell); button runs show
+    errors in the widget. ``last_run`` holds the latest :class:`helpers.DistRun`."""
+
+    def __init__(self, *, n: int = 128, batch_size: int = 8, step_s: float = 0.01, load_s: float = 0.002):
+        style, layout = {"description_width": "170px"}, W.Layout(width="420px")
+
+        def slider(value, low, high, description):
+            return W.IntSlider(value=value, min=low, max=high, description=description, style=style,
+                               layout=layout, continuous_update=False)
+
+        self.n, self.batch_size, self.step_s, self.load_s = n, batch_size, step_s, load_s
+        self.world = slider(2, 2, 4, "ranks (nproc_per_node)")
+        self.workers = slider(1, 0, 4, "num_workers per rank")
+        self.straggler_workers = slider(1, 0, 6, "num_workers on rank 1")
+        self.slow = slider(4, 1, 8, "rank 1's data slower (×)")
+        self.set_epoch = W.Checkbox(value=True, description="set_epoch", indent=False,
+                                    layout=W.Layout(width="auto"))
+        self.drop_last = W.Checkbox(value=False, description="drop_last", indent=False,
+                                    layout=W.Layout(width="auto"))
+        self.run_button = W.Button(description="Run", button_style="primary", icon="play")
+        self.status, self.summary, self.output = W.HTML(), W.HTML(), W.Output()
+        self.runs, self.last_run = 0, None
+        self.run_button.on_click(lambda _button: self.run(raise_errors=False))
+        knobs = W.VBox([self.world, self.workers, self.straggler_workers, self.slow])
+        flags = W.VBox([self.set_epoch, self.drop_last, W.HBox([self.run_button]), self.status],
+                       layout=W.Layout(width="300px"))
+        self.widget = W.VBox([W.HBox([knobs, flags]), self.summary, self.output])
+
+    def show(self) -> None:
+        """Display the explorer and run it once with its current knobs (raises on failure)."""
+        display(self.widget)
+        self.run(raise_errors=True)
+
+    def run(self, raise_errors: bool = True):
+        from .distributed import launch
+        from .plots import plot_ranks
+
+        self.run_button.disabled = True
+        try:
+            self.status.value = "<i>running torchrun…</i>"
+            world = self.world.value
+            workers = {r: self.workers.value for r in range(world)}
+            workers[1] = self.straggler_workers.value
+            run = launch(world, n=self.n, batch_size=self.batch_size, num_workers=workers, epochs=2,
+                         set_epoch=self.set_epoch.value, drop_last=self.drop_last.value, step_s=self.step_s,
+                         load_s=self.load_s, slow_rank=1, slow_factor=float(self.slow.value))
+            if not run.ok:
+                raise RuntimeError(f"torchrun failed (return code {run.returncode}):\n{run.output[-1500:]}")
+            self.runs += 1
+            self.last_run = run
+            figure = plot_ranks(run)
+            rates, waits = run.steps_per_s(), run.median_sync_wait()
+            per_rank = "; ".join(f"rank {r}: {rates[r]:.1f} steps/s, all_reduce wait {waits[r] * 1e3:.1f} ms"
+                                 for r in rates)
+            self.summary.value = (
+                f"<p><b>Run {self.runs}:</b> {world} ranks — {html.escape(per_rank)}. Epoch 1: "
+                f"{run.repeated(0)} samples repeated; same order in both epochs: "
+                f"{run.same_order_each_epoch()}.</p>")
+            self.status.value = f"<b>run {self.runs} done</b>"
+            _show_figure(self.output, figure)
+            return run
+        except Exception as error:  # shown in the widget; raised again on request
+            self.status.value = ""
+            self.summary.value = _error_html(error)
+            if raise_errors:
+                raise
+            return None
+        finally:
+            self.run_button.disabled = False
+
+    def _ipython_display_(self) -> None:
+        display(self.widget)

@@ -15,9 +15,15 @@
   of 8 threads in ``__getitems__``, every request under the timeline.
 * Notebook 14: 960 synthetic 448-pixel JPEGs decoded and augmented by 0-3 workers; 1 worker,
   2 threads in one worker and 2 workers, for those and for 4096 tiny 32-pixel JPEGs.
+* Notebook 15: an epoch of 512 ids killed with SIGKILL after step 23 and resumed from the
+  checkpoint at step 20 — StatefulDataLoader, a restarted DataLoader, skip-by-count in order;
+  out of order (sequential ids, the batch before the checkpoint cold in the first run), the
+  skip and the StatefulDataLoader.
+* Notebook 16: the three mystery loaders diagnosed (timelines, with each diagnosis in its title).
+* Notebook 17: torchrun with 4 ranks (gloo), rank 1's data 4× slower, one worker per rank.
 
-``scripts/make_figures.py copy_on_read`` (or ``blog``, ``core_series``, ``remote``, ``images``) draws one
-group only.
+``scripts/make_figures.py copy_on_read`` (or ``blog``, ``core_series``, ``remote``, ``images``,
+``resume``, ``diagnose``, ``distributed``) draws one group only.
 
 The workloads are those of the notebooks, through the same helpers. About 4 minutes on 2 cores
 (mostly waiting).
@@ -51,7 +57,8 @@ def main() -> None:
     machine = helpers.describe_machine()
     where = f"measured on {machine['cores']} cores, torch {machine['torch']}, {start}"
     groups = {"blog": blog, "core_series": core_series, "copy_on_read": copy_on_read, "remote": remote,
-              "images": images}
+              "images": images, "resume": resume,
+              "diagnose": diagnose, "distributed": distributed}
     chosen = sys.argv[1:] or list(groups)
     unknown = [name for name in chosen if name not in groups]
     if unknown:
@@ -267,6 +274,54 @@ def images(where: str) -> None:
     fig.savefig(OUT / "image_pipeline.png", dpi=100)
     print("image_pipeline.png:", {w: round(r) for w, r in rates.items()},
           {n: {k: round(v) for k, v in t.items()} for n, t in threads.items()})
+
+
+def resume(where: str) -> None:
+    import warnings
+
+    warnings.filterwarnings("ignore", message=helpers.SET_VITAL_FILTER)
+    common = dict(n=512, batch_size=8, num_workers=2, kill_after=23, every=5, step_s=0.02)
+    results = {kind: helpers.kill_and_resume(kind, **common) for kind in ("stateful", "restart", "skip")}
+    for kind in ("skip", "stateful"):  # in order of ids; batch 19 cold in the first run only
+        results[f"{kind}, in_order=False"] = helpers.kill_and_resume(
+            kind, **common, in_order=False, load_s=0.002, shuffle=False, cold_batch=19)
+    fig = helpers.plot_resume(results)
+    fig.suptitle(f"one epoch of 512 ids, killed (SIGKILL) after step 23, resumed from step 20 — {where}",
+                 fontsize=9)
+    fig.savefig(OUT / "resume.png", dpi=100)
+    for result in results.values():
+        print(result.describe())
+
+
+def diagnose(where: str) -> None:
+    import matplotlib.pyplot as plt
+
+    diagnoses = {}
+    for name in ("A", "B", "C"):
+        loader, step, steps = helpers.mystery_loader(name, smoke=False)
+        diagnoses[name] = helpers.diagnose(loader, step, steps=steps, progress=False)
+    fig, axes = plt.subplots(3, 1, figsize=(12, 9), layout="constrained")
+    for ax, (name, d) in zip(axes, diagnoses.items(), strict=True):
+        advice = "; ".join(f"{r.knob} ({r.because})" for r in d.recommendations)
+        helpers.plot_timeline(d.timeline, ax, label_batches=False,
+                              title=f"loader {name}: headspace {d.headspace:.2f}× → {advice}")
+    fig.suptitle(f"helpers.diagnose on three loaders with a planted problem — {where}", fontsize=9)
+    fig.savefig(OUT / "diagnose_mysteries.png", dpi=100)
+    for name, d in diagnoses.items():
+        print(name, d.knobs(), f"headspace {d.headspace:.2f}")
+
+
+def distributed(where: str) -> None:
+    run = helpers.launch(4, n=251, batch_size=8, num_workers=1, epochs=1, step_s=0.01, load_s=0.002,
+                         slow_rank=1, slow_factor=4.0)
+    if not run.ok:
+        raise SystemExit(f"torchrun failed: {run.output[-2000:]}")
+    rates, waits = run.steps_per_s(), run.median_sync_wait()
+    title = (f"torchrun, 4 ranks (gloo), rank 1's data 4× slower: every rank at {min(rates.values()):.1f} "
+             f"steps/s, the others waiting {max(waits.values()) * 1e3:.0f} ms per step in all_reduce "
+             f"— {where}")
+    helpers.plot_ranks(run, title=title).savefig(OUT / "distributed_straggler.png", dpi=100)
+    print(rates, waits)
 
 
 if __name__ == "__main__":

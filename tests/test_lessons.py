@@ -991,3 +991,164 @@ def test_images_premises_fail_without_free_cores_or_with_a_late_worker():
     late = images.checks(**images_case(lags={0: 0.0, 1: 0.0, 2: 0.6, 3: 0.02}))
     (scaling,) = [c for c in late if "CPU-bound" in c.claim]
     assert scaling.passed is None and "came up" in scaling.premise
+    threads = {"large": {"1 worker": 460.0, "2 threads": 730.0, "2 workers": 820.0},
+               "tiny": {"1 worker": 4400.0, "2 threads": 1340.0, "2 workers": 1500.0}}
+    late = images.checks(**images_case(threads=threads, thread_lags={"tiny": 0.6}))
+    (tiny,) = [c for c in late if "tiny images" in c.claim]
+    assert tiny.passed is None and "came up apart" in tiny.premise
+
+
+# -- 15 resume ----------------------------------------------------------------------------------
+def resume_case(**changes):
+    """Results like notebook 15's (256 samples, batches of 8, checkpoint at step 10)."""
+    import collections
+
+    from helpers.resume import ResumeResult
+
+    def result(kind, repeats=(), missing=()):
+        counts = collections.Counter({i: 1 for i in range(256) if i not in missing})
+        for i in repeats:
+            counts[i] += 1
+        return ResumeResult(kind, 256, 10, 13, -9, counts, [])
+
+    case = dict(results={"stateful": result("stateful"), "restart": result("restart", repeats=range(80)),
+                         "skip": result("skip")},
+                shuffled={"skip, in_order=False": result("skip", repeats=range(80, 88),
+                                                         missing=range(72, 80)),
+                          "stateful, in_order=False": result("stateful")},
+                batch_size=8, per_step={1: 0.004, 8: 0.0012, 64: 0.001}, noise_s=0.0002)
+    case.update(changes)
+    return case
+
+
+def test_resume_checks_pass_when_the_lesson_holds():
+    from helpers.lessons import resume
+
+    checks = resume.checks(**resume_case())
+    assert all(c.passed for c in checks), "\n".join(
+        f"{c.claim}: {c.measured}" for c in checks if not c.passed)
+
+
+def test_resume_checks_fail_when_resuming_is_not_what_the_lesson_says():
+    import collections
+
+    from helpers.lessons import resume
+    from helpers.resume import ResumeResult
+
+    case = resume_case()
+    lossy = ResumeResult("stateful", 256, 10, 13, -9, collections.Counter(range(200)), [])
+    case["results"] = {**case["results"], "stateful": lossy, "restart": case["results"]["stateful"],
+                       "skip": case["results"]["restart"]}
+    case["per_step"] = {1: 0.001, 64: 0.001}
+    failed = {c.claim for c in resume.checks(**case) if c.passed is False}
+    assert any("StatefulDataLoader" in c for c in failed)
+    assert any("restarted DataLoader" in c for c in failed)
+    assert any("in order with the same seed" in c for c in failed)
+    assert any("snapshot every step" in c for c in failed)
+    # a resumed run that was not killed for real does not pass either
+    unkilled = ResumeResult("stateful", 256, 10, 13, 0, collections.Counter(range(256)), [])
+    (stateful,) = [c for c in resume.checks(**resume_case(results={**resume_case()["results"],
+                                                                    "stateful": unkilled}))
+                   if "StatefulDataLoader" in c.claim]
+    assert stateful.passed is False
+
+
+def test_resume_out_of_order_premise_fails_when_the_order_happened_to_match():
+    from helpers.lessons import resume
+
+    case = resume_case()
+    case["shuffled"] = {"skip, in_order=False": case["results"]["skip"]}
+    (claim,) = [c for c in resume.checks(**case) if "out of order" in c.claim]
+    assert claim.passed is None and "overtook" in claim.premise
+
+
+# -- 16 diagnose ----------------------------------------------------------------------------------
+class _FakeDiagnosis:
+    def __init__(self, knobs, headspace=3.0, steady=0.6):
+        self._knobs, self.headspace = knobs, headspace
+        self.wait_share = self.steady_wait_share = steady
+
+    def knobs(self):
+        return self._knobs
+
+
+def test_diagnosis_checks_pass_when_the_lesson_holds():
+    from helpers.lessons import diagnosis
+
+    mysteries = {"A": _FakeDiagnosis(["num_workers"]),
+                 "B": _FakeDiagnosis(["collate_fn", "num_workers"]),
+                 "C": _FakeDiagnosis(["persistent_workers"])}
+    checks = diagnosis.checks(mysteries, {"A": "num_workers", "B": "collate_fn", "C": "persistent_workers"},
+                              _FakeDiagnosis(["none"], 1.1, 0.03), [-0.0002] * 10, 10)
+    assert all(c.passed for c in checks)
+
+
+def test_diagnosis_checks_fail_when_the_diagnosis_misses_or_disagrees():
+    from helpers.lessons import diagnosis
+
+    mysteries = {"A": _FakeDiagnosis(["prefetch_factor"], headspace=1.1),
+                 "B": _FakeDiagnosis(["num_workers"]),
+                 "C": _FakeDiagnosis(["none"])}
+    checks = diagnosis.checks(mysteries, {"A": "num_workers", "B": "collate_fn", "C": "persistent_workers"},
+                              _FakeDiagnosis(["num_workers"]), [0.01] * 9, 10)
+    assert sum(c.passed is False for c in checks) == len(checks)
+
+
+# -- 17 distributed -------------------------------------------------------------------------------
+def dist_case():
+    """DistRuns like notebook 17's (2 ranks, 251 samples)."""
+    from helpers.distributed import DistRun, RankRecord
+    from helpers.timeline import BatchRecord, EpochRecord, Timeline
+
+    def rank(r, ids, step_every, fetch_s, wait_s):
+        batches = [BatchRecord(0, i, 0, i * step_every, i * step_every + fetch_s, i * step_every,
+                               i * step_every + 0.001, (i + 1) * step_every, i, (i,), 1) for i in range(10)]
+        timeline = Timeline(batches, [EpochRecord(0, 0.0, 0.0, 0.001, 10 * step_every)], {})
+        return RankRecord(r, 0.0, timeline, ids, [wait_s] * 10, [(0.0, wait_s)] * 10)
+
+    def run(ids0, ids1, step_every=0.02, fetch=(0.01, 0.04), waits=(0.03, 0.001), returncode=0, output=""):
+        return DistRun(2, [rank(0, ids0, step_every, fetch[0], waits[0]), rank(1, ids1, step_every, fetch[1],
+                                                                               waits[1])], returncode, output)
+
+    padded = [list(range(0, 251, 2)), list(range(1, 251, 2)) + [0]]
+    with_epoch = run([padded[0], padded[0][::-1]], [padded[1], padded[1][::-1]])
+    dropped = [list(range(0, 250, 2))] * 2, [list(range(1, 250, 2))] * 2
+    without_epoch = run(*dropped)
+    straggler = run([[0]], [[1]], step_every=0.06)
+    helped = run([[0]], [[1]], step_every=0.015, waits=(0.001, 0.001))
+    killed = DistRun(2, [], 1, "Root Cause\n  rank      : 1\n  exitcode  : -9 (pid: 1)  (SIGKILL)")
+    return dict(with_epoch=with_epoch, without_epoch=without_epoch, straggler=straggler, helped=helped,
+                killed=killed, n=251, left_behind=set())
+
+
+def test_distributed_checks_pass_when_the_lesson_holds():
+    from helpers.lessons import distributed
+
+    checks = distributed.checks(**dist_case())
+    assert all(c.passed for c in checks), "\n".join(
+        f"{c.claim}: {c.measured}" for c in checks if not c.passed)
+
+
+def test_distributed_checks_fail_when_the_lesson_is_false():
+    from helpers.lessons import distributed
+
+    case = dist_case()
+    # set_epoch swapped, padding missing, no waiting for the straggler, no gain, a survivor left behind
+    case["with_epoch"], case["without_epoch"] = case["without_epoch"], case["with_epoch"]
+    case["straggler"].ranks[0].sync_waits = [0.001] * 10
+    case["helped"] = case["straggler"]
+    case["left_behind"] = {4242}
+    failed = [c.claim for c in distributed.checks(**case) if c.passed is False]
+    for words in ("without set_epoch", "with set_epoch", "pads", "drops", "wait for it", "restore the pace",
+                  "killed with SIGKILL"):
+        assert any(words in claim for claim in failed), words
+
+
+def test_distributed_checks_report_a_failed_launch():
+    from helpers.distributed import DistRun
+    from helpers.lessons import distributed
+
+    case = dist_case()
+    case["straggler"] = DistRun(2, [], 1, "boom")
+    (check,) = distributed.checks(**case)
+    assert check.passed is None and "return code 1" in check.premise

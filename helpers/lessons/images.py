@@ -35,6 +35,7 @@ def checks(
     threads: dict[str, dict[str, float]],
     shard: tuple[float, float] | None,
     machine_cores: int | None = None,
+    thread_lags: dict[str, float] | None = None,
 ) -> list[Check]:
     """``rates``: images/s with 0.. workers; ``cores``: the cores the sweep went to (the
     machine's, at most 8; ``machine_cores``: the machine's, when more); ``cores_free``: the
@@ -43,7 +44,9 @@ def checks(
     ("large", "tiny") images/s of "1 worker", "2 threads" (one worker, a pool in
     ``__getitems__``) and "2 workers";
     ``shard``: seconds to read the same images from the store as one GET per file and as one
-    GET of the shard (None: not run)."""
+    GET of the shard (None: not run); ``thread_lags``: per image size, how far apart the two
+    workers of the "2 workers" run came up, as a share of that run."""
+    thread_lags = thread_lags or {}
     out: list[Check] = []
     need_free = min(2, cores) - 0.3
     claim = f"decoding is CPU-bound: 2 workers deliver at least {SCALES}× the images/s of 1"
@@ -109,6 +112,16 @@ def checks(
     ratio = tiny.get("2 workers", float("nan")) / tiny.get("2 threads", float("nan"))
     if cores_free < need_free:
         out.append(premise_failed(claim, f"{ratio:.2f}×", f"{cores_free:.2f} cores measured free"))
+    elif thread_lags.get("tiny", 0.0) > 0.25:
+        out.append(
+            premise_failed(
+                claim,
+                f"{ratio:.2f}×",
+                f"the 2 workers came up apart by "
+                f"{thread_lags['tiny']:.0%} of their run: start-up, not decoding, "
+                "shaped it (use more images)",
+            )
+        )
     else:
         out.append(at_least(claim, ratio, 1.5, unit="×", what="2 threads"))
     claim = (

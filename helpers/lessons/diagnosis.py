@@ -1,0 +1,64 @@
+"""Notebook 16 · diagnose your own loader: the diagnosis names the planted cause of each
+mystery loader; a loader that keeps up gets no data knob; the cache replay shows the
+headspace of an input-bound loader; torch.profiler's DataLoader spans agree with the lab's
+waits."""
+
+from __future__ import annotations
+
+import statistics
+
+from ..checks import Check, at_least, holds
+
+
+def checks(
+    mysteries: dict,
+    planted: dict[str, str],
+    fed,
+    profiler_diffs: list[float],
+    profiler_batches: int,
+    *,
+    tolerance_s: float = 0.002,
+) -> list[Check]:
+    """``mysteries``: name → :class:`helpers.Diagnosis`; ``planted``: name → the knob planted;
+    ``fed``: the diagnosis of a loader that keeps up; ``profiler_diffs``: per batch, the
+    profiler's ``__next__`` span minus the lab's wait (s); ``profiler_batches``: batches recorded."""
+    out: list[Check] = []
+    for name, d in mysteries.items():
+        out.append(
+            holds(
+                f"the diagnosis of loader {name} names its planted cause ({planted[name]})",
+                planted[name] in d.knobs(),
+                f"recommended: {', '.join(d.knobs()) or 'nothing'}",
+            )
+        )
+    out.append(
+        holds(
+            "a loader that keeps up gets no data knob, only 'make the step faster'",
+            fed.knobs() == ["none"],
+            f"recommended: {', '.join(fed.knobs())}; "
+            f"after its first batch the loop waited {fed.steady_wait_share:.0%}",
+        )
+    )
+    a = mysteries.get("A")
+    if a is not None:
+        out.append(
+            at_least(
+                "an input-bound loader has headspace: the cache replay runs at least 1.5× faster",
+                a.headspace,
+                1.5,
+                unit="×",
+                what=f"loader A, waiting {a.wait_share:.0%}",
+            )
+        )
+    worst = max((abs(x) for x in profiler_diffs), default=float("inf"))
+    out.append(
+        holds(
+            f"torch.profiler's DataLoader spans agree with the lab's waits (one per batch, "
+            f"within {tolerance_s * 1e3:.0f} ms each)",
+            len(profiler_diffs) == profiler_batches > 0 and worst <= tolerance_s,
+            f"{len(profiler_diffs)} spans for {profiler_batches} batches; largest difference "
+            f"{worst * 1e3:.2f} ms, median "
+            f"{statistics.median(profiler_diffs) * 1e3 if profiler_diffs else float('nan'):.2f} ms",
+        )
+    )
+    return out

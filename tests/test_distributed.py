@@ -1,0 +1,76 @@
+"""torchrun launched for real (gloo on the CPU): what each rank records, the pitfalls seen from
+sample ids, a straggler, a rank killed — and nothing left running, nothing listening beyond
+the loopback."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import psutil
+import pytest
+
+import helpers
+
+COMMON = dict(n=51, batch_size=4, epochs=2, step_s=0.005, load_s=0.001)
+
+
+def _listening_addresses(stop: threading.Event, seen: set) -> None:
+    me = psutil.Process()
+    while not stop.is_set():
+        for child in me.children(recursive=True):
+            try:
+                for c in child.net_connections(kind="inet"):
+                    if c.status == psutil.CONN_LISTEN:
+                        seen.add(c.laddr.ip)
+            except psutil.Error:
+                pass
+        time.sleep(0.02)
+
+
+def test_a_launch_records_every_rank_listens_on_loopback_only_and_leaves_nothing():
+    stop, seen = threading.Event(), set()
+    watcher = threading.Thread(target=_listening_addresses, args=(stop, seen), daemon=True)
+    watcher.start()
+    try:
+        run = helpers.launch(2, num_workers=1, set_epoch=False, drop_last=False, **COMMON)
+    finally:
+        stop.set()
+        watcher.join()
+    assert run.ok, run.output[-2000:]
+    assert [r.rank for r in run.ranks] == [0, 1]
+    assert all(len(r.timeline.batches) == 2 * 7 and len(r.sync_waits) == 2 * 7 for r in run.ranks)
+    assert run.repeated(0) == 1 and set(run.epoch_ids(0)) == set(range(51))
+    assert run.same_order_each_epoch()
+    assert seen and seen <= {"127.0.0.1", "::1"}, f"listened on {seen}"
+    assert helpers.child_processes() == set()
+
+
+def test_set_epoch_and_drop_last():
+    run = helpers.launch(2, num_workers=0, set_epoch=True, drop_last=True, **COMMON)
+    assert run.ok, run.output[-2000:]
+    assert not run.same_order_each_epoch()
+    assert run.repeated(0) == 0 and len(set(run.epoch_ids(0))) == 50
+
+
+def test_a_straggler_sets_the_pace_and_the_others_wait_for_it():
+    run = helpers.launch(2, n=64, batch_size=4, num_workers=1, step_s=0.005, load_s=0.002, slow_rank=1,
+                         slow_factor=4.0)
+    assert run.ok, run.output[-2000:]
+    rates, waits = run.steps_per_s(), run.median_sync_wait()
+    assert max(rates.values()) / min(rates.values()) < 1.1
+    assert waits[0] > 5 * waits[1]
+
+
+def test_a_killed_rank_fails_the_launch_and_torchrun_names_it():
+    run = helpers.launch(2, num_workers=1, kill_rank=1, kill_step=2, **COMMON)
+    assert run.returncode != 0 and not run.ok
+    assert "exitcode  : -9" in run.output and "rank      : 1" in run.output
+    assert helpers.child_processes() == set()
+
+
+def test_bad_arguments_are_refused():
+    with pytest.raises(ValueError, match="nproc"):
+        helpers.launch(0, n=4, batch_size=1)
+    with pytest.raises(ValueError, match="kill_rank"):
+        helpers.launch(2, n=4, batch_size=1, kill_rank=5)
