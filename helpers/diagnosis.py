@@ -1,4 +1,4 @@
-"""Diagnose your own loader (notebook 17): ``helpers.diagnose(loader, step)``.
+"""Diagnose your own loader (notebook 16): ``helpers.diagnose(loader, step)``.
 
 It records the loader with the lab's instrument (:func:`helpers.record`), then replays the
 same steps on batches it kept from that run (the cache replay: data instantly there — the
@@ -266,6 +266,16 @@ def recommend(d: Diagnosis, loader: DataLoader, *, device: Any = None) -> list[R
                 f"the copy takes {copy * 1e3:.1f} ms per step, {copy / parts['step']:.0%} of the step",
             )
         )
+    if not out and input_bound:
+        out.append(
+            Recommendation(
+                "unexplained",
+                "the loop waits, and no knob the lab models explains it: read the timeline "
+                "(main-process work between batches, garbage collection, a slow first epoch)",
+                f"after each epoch's first batch the loop waited {d.steady_wait_share:.0%} with "
+                f"{workers} workers, as many as the sizing rule asks for",
+            )
+        )
     if not out:
         out.append(
             Recommendation(
@@ -288,7 +298,9 @@ def diagnose(
     progress: bool | str = True,
 ) -> Diagnosis:
     """Diagnose ``loader`` (any ``DataLoader``) run with ``step`` for ``steps`` batches (over as
-    many epochs as that takes); see the module docstring."""
+    many epochs as that takes); see the module docstring. ``step`` runs again in the replay, on
+    up to ``replay`` batches kept from the run (mind a step with side effects: a real optimiser
+    step would update the model again)."""
     if not isinstance(loader, DataLoader):
         raise TypeError(f"diagnose() needs a torch.utils.data.DataLoader, got {type(loader).__name__}")
     if not isinstance(steps, int) or steps < 2:
@@ -449,7 +461,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-# -- three loaders with a planted problem (notebook 17) -------------------------------------------
+# -- three loaders with a planted problem (notebook 16) -------------------------------------------
 class SlowCollate:
     """``default_collate`` plus ``cpu_s`` of CPU work per batch (a collate that decodes, pads
     or augments in Python)."""

@@ -11,7 +11,9 @@ parallel training, with gloo on the CPU) whose wait it measures, and writes what
 its timeline, the sample ids of every epoch, its waits — to a JSON file. :class:`DistRun`
 gathers the ranks; :func:`plot_ranks` draws one figure with a row per rank and per worker.
 
-The launch always ends: a timeout kills torchrun's whole process group, and a rank that dies
+The launch always ends: past its time limit torchrun is stopped (SIGTERM, which makes its
+agent stop the ranks, then SIGKILL), every process of the launch (found by the run's folder
+in its command line) is waited for and killed if still running 15 s later, and a rank that dies
 (``kill_rank``: it kills itself with SIGKILL at a given step) makes torchrun stop the others
 and report the failure, which :class:`DistRun` keeps (``returncode``, ``output``).
 """
@@ -88,6 +90,22 @@ class DistRun:
     returncode: int = 0
     output: str = ""  #: torchrun's output (stdout and stderr)
     seconds: float = 0.0
+    #: processes of the launch still running 15 s after torchrun ended (stopped by the lab then)
+    left_behind: list[int] = field(default_factory=list)
+
+    def root_cause(self) -> dict[str, str]:
+        """torchrun's "Root Cause" section of a failed launch, as its ``key : value`` lines."""
+        at = self.output.find("Root Cause")
+        if at < 0:
+            return {}
+        out = {}
+        for line in self.output[at:].splitlines()[1:]:
+            if line.startswith("===="):
+                break
+            if ":" in line:
+                key, value = line.split(":", 1)
+                out.setdefault(key.strip(), value.strip())
+        return out
 
     @property
     def ok(self) -> bool:
@@ -121,6 +139,40 @@ class DistRun:
         import statistics
 
         return {r.rank: statistics.median(b.fetch_s for b in r.timeline.batches) for r in self.ranks}
+
+
+def wait_for_exit(tag: str, *, within_s: float) -> list[int]:
+    """Wait until no process whose command line contains ``tag`` runs; kill those still
+    running after ``within_s`` seconds and return their pids (none: nothing was left)."""
+    import psutil
+
+    def running() -> list[psutil.Process]:
+        found = []
+        for p in psutil.process_iter(["cmdline", "status"]):
+            try:
+                if p.info["status"] != psutil.STATUS_ZOMBIE and tag in " ".join(p.info["cmdline"] or []):
+                    found.append(p)
+            except psutil.Error:
+                continue
+        return found
+
+    deadline = time.monotonic() + within_s
+    while (alive := running()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    return [p.pid for p in alive]
+
+
+def loopback_interface() -> str:
+    """The loopback interface's name for gloo (``lo`` on Linux, ``lo0`` on macOS and BSDs)."""
+    import psutil
+
+    names = psutil.net_if_addrs()
+    return next((n for n in ("lo", "lo0") if n in names), "lo")
 
 
 def launch(
@@ -169,6 +221,7 @@ def launch(
             "-m",
             "helpers._torchrun",  # torchrun's main, its stores bound to 127.0.0.1 (see that module)
             "--standalone",
+            "--local-addr=127.0.0.1",  # what the ranks are told to connect to (else the host's name)
             f"--nproc_per_node={nproc}",
             "--max-restarts=0",
             "-m",
@@ -178,7 +231,7 @@ def launch(
         env = {
             **os.environ,
             "MASTER_ADDR": "127.0.0.1",
-            "GLOO_SOCKET_IFNAME": "lo",
+            "GLOO_SOCKET_IFNAME": loopback_interface(),
             "OMP_NUM_THREADS": "1",
             "PYTHONPATH": str(root) + os.pathsep + os.environ.get("PYTHONPATH", ""),
             "TQDM_DISABLE": "1",
@@ -196,14 +249,28 @@ def launch(
         try:
             output, _ = process.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            output, _ = process.communicate()
+            process.terminate()  # SIGTERM: torchrun's agent stops its ranks (each in a session of its own)
+            try:
+                output, _ = process.communicate(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                output, _ = process.communicate()
             output += f"\n[the lab stopped torchrun after {timeout_s:.0f} s]"
         finally:
             if process.poll() is None:
-                os.killpg(process.pid, signal.SIGKILL)
+                process.kill()
                 process.wait()
-        run = DistRun(nproc, returncode=process.returncode, output=output, seconds=time.monotonic() - start)
+        # Every process of the launch carries ``out`` in its command line (ranks, and their DataLoader
+        # workers, which fork keeps it for). A worker whose rank was killed outlives it until its watchdog
+        # notices (a few seconds): wait for those, and stop what is left.
+        stragglers = wait_for_exit(out, within_s=15.0)
+        run = DistRun(
+            nproc,
+            returncode=process.returncode,
+            output=output,
+            seconds=time.monotonic() - start,
+            left_behind=stragglers,
+        )
         for path in sorted(Path(out).glob("rank*.json")):
             data = json.loads(path.read_text())
             run.ranks.append(

@@ -3,10 +3,11 @@
 A training run in a child process (``python -m helpers._resume_child``) iterates a loader over
 :class:`IdDataset` (sample ``i`` is its own id), logs every batch's ids as it trains on it,
 and checkpoints every few steps: the step and, for torchdata's ``StatefulDataLoader``, the
-loader's ``state_dict()``. :func:`kill_and_resume` kills that child for real (SIGKILL)
-after a given step, starts a second child that resumes from the last checkpoint, and
-counts, from the logged ids, how often each sample of the epoch was trained on: what the
-checkpoint covered of the first run plus everything of the second.
+loader's ``state_dict()``. :func:`kill_and_resume` has that child killed for real (SIGKILL,
+sent by itself right after a given step, so the step is exact), starts a second child that
+resumes from the last checkpoint, and counts, from the logged ids, how often each sample
+of the epoch was trained on: what the checkpoint covered of the first run plus everything
+of the second.
 
 Three ways to resume (``kind``):
 
@@ -171,6 +172,10 @@ def train(config: dict[str, Any]) -> None:
             if step % config["every"] == 0:
                 state = loader.state_dict() if config["kind"] == "stateful" else None
                 _save(checkpoint, {"step": step, "loader": state})
+            if step == config.get("kill_after"):
+                # killed for real, as the out-of-memory killer or a pre-emption would: no clean-up runs
+                # (killed from inside, right after this step, so the checkpoint it resumes from is known)
+                os.kill(os.getpid(), signal.SIGKILL)
 
 
 @dataclass
@@ -218,14 +223,21 @@ def _lines(path: Path) -> list[dict]:
     return out
 
 
+def _wait_for_exit(tag: str) -> None:
+    from .distributed import wait_for_exit
+
+    wait_for_exit(tag, within_s=15.0)
+
+
 def _child(config: dict, folder: Path) -> subprocess.Popen:
     root = Path(__file__).resolve().parent.parent
-    return subprocess.Popen(
-        [sys.executable, "-m", "helpers._resume_child", json.dumps(config)],
-        cwd=root,
-        stdout=subprocess.DEVNULL,
-        stderr=open(folder / f"stderr{config['run']}.txt", "w"),
-    )  # noqa: SIM115
+    with open(folder / f"stderr{config['run']}.txt", "w") as errors:  # the child keeps its own copy
+        return subprocess.Popen(
+            [sys.executable, "-m", "helpers._resume_child", json.dumps(config)],
+            cwd=root,
+            stdout=subprocess.DEVNULL,
+            stderr=errors,
+        )
 
 
 def kill_and_resume(
@@ -246,7 +258,7 @@ def kill_and_resume(
     cold_s: float = 0.05,
     timeout_s: float = 120.0,
 ) -> ResumeResult:
-    """Train ``kind`` in a child until it has logged ``kill_after`` steps, kill it with SIGKILL,
+    """Train ``kind`` in a child that kills itself with SIGKILL right after step ``kill_after``,
     resume in a new child from its last checkpoint (every ``every`` steps) to the epoch's end,
     and count what the epoch trained on (see the module docstring). ``cold_batch`` (with
     ``shuffle=False``): that batch's samples take ``cold_s`` more each in the first run only —
@@ -281,25 +293,24 @@ def kill_and_resume(
             checkpoint=str(folder / "checkpoint.pt"),
             run=1,
         )
-        first = _child(config, folder)
+        first = _child({**config, "kill_after": kill_after}, folder)
         try:
-            deadline = time.monotonic() + timeout_s
-            while len(_lines(folder / "log.jsonl")) < kill_after:
-                if first.poll() is not None:
-                    raise RuntimeError(
-                        f"the training child ended before step {kill_after}: "
-                        + (folder / "stderr1.txt").read_text()[-2000:]
-                    )
-                if time.monotonic() > deadline:
-                    raise TimeoutError(
-                        f"the training child did not reach step {kill_after} in {timeout_s:.0f} s"
-                    )
-                time.sleep(0.005)
-            first.send_signal(signal.SIGKILL)  # for real: no clean-up runs in the child
+            first.wait(timeout_s)  # it kills itself with SIGKILL after step kill_after
+        except subprocess.TimeoutExpired:
+            raise TimeoutError(
+                f"the training child did not reach step {kill_after} in {timeout_s:.0f} s"
+            ) from None
         finally:
             if first.poll() is None:
                 first.kill()
-            first.wait(10)
+                first.wait(10)
+            # its DataLoader workers outlive it until their watchdog sees it gone: wait for them
+            _wait_for_exit(str(folder))
+        if first.returncode != -signal.SIGKILL:
+            raise RuntimeError(
+                f"the training child ended with {first.returncode} before step {kill_after}: "
+                + (folder / "stderr1.txt").read_text()[-2000:]
+            )
         killed_after = len(_lines(folder / "log.jsonl"))
         saved = (
             torch.load(folder / "checkpoint.pt", weights_only=False)
@@ -313,6 +324,7 @@ def kill_and_resume(
             if second.poll() is None:
                 second.kill()
                 second.wait(10)
+        _wait_for_exit(str(folder))
         if code != 0:
             raise RuntimeError("the resumed child failed: " + (folder / "stderr2.txt").read_text()[-2000:])
         lines = _lines(folder / "log.jsonl")

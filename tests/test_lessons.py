@@ -1114,7 +1114,7 @@ def dist_case():
     with_epoch = run([padded[0], padded[0][::-1]], [padded[1], padded[1][::-1]])
     dropped = [list(range(0, 250, 2))] * 2, [list(range(1, 250, 2))] * 2
     without_epoch = run(*dropped)
-    straggler = run([[0]], [[1]], step_every=0.06)
+    straggler = run([[0]], [[1]], step_every=0.04)  # the straggler's fetch: 40 ms per batch
     helped = run([[0]], [[1]], step_every=0.015, waits=(0.001, 0.001))
     killed = DistRun(2, [], 1, "Root Cause\n  rank      : 1\n  exitcode  : -9 (pid: 1)  (SIGKILL)")
     return dict(with_epoch=with_epoch, without_epoch=without_epoch, straggler=straggler, helped=helped,
@@ -1138,10 +1138,22 @@ def test_distributed_checks_fail_when_the_lesson_is_false():
     case["straggler"].ranks[0].sync_waits = [0.001] * 10
     case["helped"] = case["straggler"]
     case["left_behind"] = {4242}
+    case["killed"].output = case["killed"].output.replace("rank      : 1", "rank      : 0")
     failed = [c.claim for c in distributed.checks(**case) if c.passed is False]
     for words in ("without set_epoch", "with set_epoch", "pads", "drops", "wait for it", "restore the pace",
                   "killed with SIGKILL"):
         assert any(words in claim for claim in failed), words
+
+
+def test_distributed_pace_check_fails_when_the_fast_ranks_go_their_own_speed():
+    from helpers.lessons import distributed
+
+    case = dist_case()
+    fast = case["straggler"].ranks[0].timeline
+    for i, b in enumerate(fast.batches):  # rank 0 steps every 10 ms: not held back by rank 1
+        fast.batches[i] = type(b)(**{**vars(b), "ready": i * 0.01, "step_end": i * 0.01 + 0.005})
+    (pace,) = [c for c in distributed.checks(**case) if "sets the pace" in c.claim]
+    assert pace.passed is False
 
 
 def test_distributed_checks_report_a_failed_launch():

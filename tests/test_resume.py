@@ -19,7 +19,8 @@ def test_stateful_loader_resumes_exactly_after_a_real_kill():
     result = helpers.kill_and_resume("stateful", n=96, batch_size=4, num_workers=2, kill_after=9, every=4,
                                      step_s=0.005)
     assert result.killed_by == -9, "the first run was killed by SIGKILL"
-    assert result.checkpoint_step == 8 and result.killed_after >= 9
+    assert result.checkpoint_step == 8 and result.killed_after == 9
+    assert helpers.child_processes() == set(), "the killed trainer's workers are gone too"
     assert result.exact, result.describe()
     assert sorted(result.order) == list(range(96))
 
