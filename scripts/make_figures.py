@@ -20,7 +20,7 @@
   out of order (sequential ids, the batch before the checkpoint cold in the first run), the
   skip and the StatefulDataLoader.
 * Notebook 16: the three mystery loaders diagnosed (timelines, with each diagnosis in its title).
-* Notebook 17: torchrun with 4 ranks (gloo), rank 1's data 4× slower, one worker per rank.
+* Notebook 17: torchrun with 4 ranks (gloo), rank 1's data 6× slower, one worker per rank.
 
 ``scripts/make_figures.py copy_on_read`` (or ``blog``, ``core_series``, ``remote``, ``images``,
 ``resume``, ``diagnose``, ``distributed``) draws one group only.
@@ -312,12 +312,12 @@ def diagnose(where: str) -> None:
 
 
 def distributed(where: str) -> None:
-    run = helpers.launch(4, n=251, batch_size=8, num_workers=1, epochs=1, step_s=0.01, load_s=0.002,
-                         slow_rank=1, slow_factor=4.0)
+    run = helpers.launch(4, n=251, batch_size=8, num_workers=1, epochs=1, step_s=0.01, load_s=0.001,
+                         slow_rank=1, slow_factor=6.0)
     if not run.ok:
         raise SystemExit(f"torchrun failed: {run.output[-2000:]}")
     rates, waits = run.steps_per_s(), run.median_sync_wait()
-    title = (f"torchrun, 4 ranks (gloo), rank 1's data 4× slower: every rank at {min(rates.values()):.1f} "
+    title = (f"torchrun, 4 ranks (gloo), rank 1's data 6× slower: every rank at {min(rates.values()):.1f} "
              f"steps/s, the others waiting {max(waits.values()) * 1e3:.0f} ms per step in all_reduce "
              f"— {where}")
     helpers.plot_ranks(run, title=title).savefig(OUT / "distributed_straggler.png", dpi=100)

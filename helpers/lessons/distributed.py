@@ -83,8 +83,8 @@ def checks(
     others = [w for r, w in waits.items() if r != slow_rank]
     out.append(
         holds(
-            "the other ranks wait for it in all_reduce (each at least 5× the straggler's own wait and 5 ms)",
-            all(w >= max(5 * waits[slow_rank], 0.005) for w in others),
+            "the other ranks wait for it in all_reduce (each at least 3× the straggler's own wait and 5 ms)",
+            all(w >= max(3 * waits[slow_rank], 0.005) for w in others),
             ", ".join(f"rank {r} {w * 1e3:.1f} ms" for r, w in waits.items()),
         )
     )
