@@ -19,6 +19,7 @@ the notebook draws beside the timeline.
 
 from __future__ import annotations
 
+import gc
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -364,8 +365,16 @@ def measure_memory(loader: Any, step: Any = None, *, epochs: int = 1, interval_s
         raise ValueError("measure_memory watches worker processes: build the loader with num_workers >= 1")
     context = loader.multiprocessing_context
     method = context.get_start_method() if context is not None else torch.multiprocessing.get_start_method()
-    with WorkerMemory(interval_s=interval_s) as memory:
-        label = f"{dataset.storage}, {method}" if progress else False
-        timeline = record(loader, step, epochs=epochs, progress=label)
+    # Freeze the main process's objects before the workers fork (gc.freeze, notebook 02): a full
+    # garbage collection in a worker writes to the header of every object it tracks, which would
+    # copy inherited pages at random moments and blur what reading the data copies.
+    gc.collect()
+    gc.freeze()
+    try:
+        with WorkerMemory(interval_s=interval_s) as memory:
+            label = f"{dataset.storage}, {method}" if progress else False
+            timeline = record(loader, step, epochs=epochs, progress=label)
+    finally:
+        gc.unfreeze()
     memory.keep_only({b.pid for b in timeline.batches})
     return summarise(dataset.storage, method, dataset.data_bytes(), memory), timeline, memory
