@@ -318,7 +318,7 @@ def distributed(where: str) -> None:
         raise SystemExit(f"torchrun failed: {run.output[-2000:]}")
     rates, waits = run.steps_per_s(), run.median_sync_wait()
     title = (f"torchrun, 4 ranks (gloo), rank 1's data 6× slower: every rank at {min(rates.values()):.1f} "
-             f"steps/s, the others waiting {max(waits.values()) * 1e3:.0f} ms per step in all_reduce "
+             f"steps/s,\nthe others waiting {max(waits.values()) * 1e3:.0f} ms per step in all_reduce "
              f"— {where}")
     helpers.plot_ranks(run, title=title).savefig(OUT / "distributed_straggler.png", dpi=100)
     print(rates, waits)
