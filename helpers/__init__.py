@@ -75,20 +75,6 @@ from .failures import (
     torch_segments,
 )
 from .hooks import MAIN_PROCESS
-from .images import (
-    JpegDataset,
-    cost_per_image,
-    deprecation_notice,
-    fetch_span_s,
-    gpu_decode_rate,
-    images_per_s,
-    make_jpegs,
-    normalize_on_device,
-    pack_tar,
-    tar_index,
-    train_transform,
-    worker_lag_s,
-)
 from .models import ForumMLP, ModelledStep, TrainStep, TutorialNet
 from .predict import Prediction
 from .prefetch import BatchTransform, DevicePrefetcher, SerialisedDevicePrefetcher, ThreadPrefetcher
@@ -177,6 +163,18 @@ _LAZY = {
     "plot_resume": "plots",
     "plot_ranks": "plots",
     "show_image": "plots",
+    "JpegDataset": "images",
+    "cost_per_image": "images",
+    "deprecation_notice": "images",
+    "fetch_span_s": "images",
+    "gpu_decode_rate": "images",
+    "images_per_s": "images",
+    "make_jpegs": "images",
+    "normalize_on_device": "images",
+    "pack_tar": "images",
+    "tar_index": "images",
+    "train_transform": "images",
+    "worker_lag_s": "images",
     "ImageExplorer": "widgets",
     "TimelineExplorer": "widgets",
     "MemoryExplorer": "widgets",
@@ -208,9 +206,9 @@ __all__ = [
     "STORAGES", "MemoryRun", "PathDataset", "WorkerMemory", "encoded_bytes", "epoch_workers", "extra_uss",
     "make_paths", "measure_memory", "memory_table", "sent_bytes", "summarise",
     "ShmMonitor", "child_processes", "run_demo", "shm_sandbox_available", "shm_used_bytes", "torch_segments",
-    "JpegDataset", "cost_per_image", "deprecation_notice", "images_per_s", "make_jpegs",
-    "normalize_on_device", "pack_tar", "tar_index", "train_transform", "gpu_decode_rate", "worker_lag_s",
-    "fetch_span_s",
+
+
+
     "Diagnosis", "Recommendation", "SlowCollate", "diagnose", "mystery_loader", "profile",
     "profiler_agreement",
     "DistRun", "SetEpochSampler", "RankRecord", "SlowIds", "SyncStep", "launch",

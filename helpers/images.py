@@ -25,6 +25,10 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+# Imported here, not in the first __getitem__: a worker started by spawn or forkserver imports
+# this module while it unpickles the dataset (its start-up), so the first fetch is a fetch.
+from torchvision.io import decode_jpeg, encode_jpeg
+
 #: ImageNet's channel means and standard deviations (of images scaled to 0..1).
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
@@ -47,7 +51,6 @@ def make_jpegs(
     folder: str | os.PathLike, n: int, size: int, *, quality: int = 90, classes: int = 10
 ) -> tuple[list[Path], list[int]]:
     """Write ``n`` JPEG files of ``size × size`` pixels into ``folder``; their paths and labels."""
-    from torchvision.io import encode_jpeg
 
     if not isinstance(n, int) or n < 1 or not isinstance(size, int) or size < 8:
         raise ValueError(f"n must be a positive integer and size at least 8 pixels, got {n!r} and {size!r}")
@@ -183,7 +186,6 @@ class JpegDataset(Dataset):
         return os.pread(handle.fileno(), int(self.sizes[index]), int(self.offsets[index]))
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
-        from torchvision.io import decode_jpeg
 
         data = torch.frombuffer(bytearray(self.read_bytes(index)), dtype=torch.uint8)
         image = decode_jpeg(data)
@@ -212,8 +214,6 @@ def cost_per_image(dataset: JpegDataset, count: int = 32) -> dict[str, float]:
     """Median seconds per image to read its bytes, decode them and transform, in this process
     with one torch thread (as in a worker)."""
     import time
-
-    from torchvision.io import decode_jpeg
 
     from .system import torch_threads
 
@@ -255,7 +255,7 @@ def gpu_decode_rate(paths: Sequence[str | os.PathLike], crop: int, *, repeats: i
     ``decode_jpeg`` + the same transforms on one CPU thread. Needs CUDA."""
     import time
 
-    from torchvision.io import decode_jpeg, read_file
+    from torchvision.io import read_file
 
     from .system import torch_threads
 
@@ -285,7 +285,6 @@ def deprecation_notice() -> str | None:
     its image decoding and encoding in favour of TorchCodec), or None when it warns nothing."""
     import warnings
 
-    from torchvision.io import decode_jpeg, encode_jpeg
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
