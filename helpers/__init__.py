@@ -103,7 +103,6 @@ from .resume import (
     ResumeResult,
     kill_and_resume,
     set_vital_warning,
-    snapshot_cost,
     stateful_loader,
 )
 from .settings import HAS_IN_ORDER, LoaderSettings
@@ -212,7 +211,7 @@ __all__ = [
     "Diagnosis", "Recommendation", "SlowCollate", "diagnose", "mystery_loader", "profile",
     "profiler_agreement",
     "DistRun", "SetEpochSampler", "RankRecord", "SlowIds", "SyncStep", "launch",
-    "SET_VITAL_FILTER", "IdDataset", "ResumeResult", "kill_and_resume", "set_vital_warning", "snapshot_cost",
+    "SET_VITAL_FILTER", "IdDataset", "ResumeResult", "kill_and_resume", "set_vital_warning",
     "stateful_loader",
     "ForumMLP", "ModelledStep", "TrainStep", "TutorialNet",
     "Prediction", "BatchTransform", "DevicePrefetcher", "SerialisedDevicePrefetcher", "ThreadPrefetcher",
