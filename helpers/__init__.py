@@ -44,6 +44,7 @@ from .copy_on_read import (
     sent_bytes,
     summarise,
 )
+from .cores import cpu_limits, effective_cores
 from .datasets import (
     BatchedTensorDataset,
     BatchedTutorialDataset,
@@ -199,7 +200,8 @@ __all__ = [
     "config", "lessons", "pauses", "startup", "torch_internals",
     "MAIN_PROCESS", "HAS_IN_ORDER", "BatchRecord", "EpochRecord", "Pause", "Span", "Timeline", "record",
     "LoaderSettings", "Table", "progress", "table",
-    "available_cores", "is_smoke", "results_dir", "seconds", "sized", "start_method",
+    "available_cores", "cpu_limits", "effective_cores", "is_smoke", "results_dir", "seconds", "sized",
+    "start_method",
     "BatchedTensorDataset", "BatchedTutorialDataset", "BatchedWorkDataset", "HostTransform",
     "TaggedDataset", "TutorialDataset", "WorkDataset", "WorkStream", "burn_cpu", "mnist_like",
     "STORAGES", "MemoryRun", "PathDataset", "WorkerMemory", "encoded_bytes", "epoch_workers", "extra_uss",

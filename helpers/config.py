@@ -23,6 +23,8 @@ import os
 from pathlib import Path
 from typing import TypeVar
 
+from . import cores
+
 SMOKE_ENV = "DLLAB_SMOKE"
 START_METHOD_ENV = "DLLAB_START_METHOD"
 RESULTS_ENV = "DLLAB_RESULTS_DIR"
@@ -98,11 +100,10 @@ def seconds(full_s: float) -> float:
 
 
 def available_cores() -> int:
-    """Cores this process may run on (the affinity mask where the OS has one)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS, Windows
-        return os.cpu_count() or 1
+    """Effective cores, as whole cores (at least 1): the affinity mask capped by a cgroup CPU
+    quota (:mod:`helpers.cores`). ``helpers.effective_cores()`` gives the fraction (0.5 under
+    half a CPU); ``helpers.cpu_limits()`` says where each limit came from."""
+    return cores.cpu_limits().whole
 
 
 def repo_root() -> Path:

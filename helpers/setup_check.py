@@ -10,7 +10,7 @@ from importlib import metadata
 
 from torch.utils.data import DataLoader
 
-from . import config, torch_internals
+from . import config, cores, torch_internals
 from .datasets import TaggedDataset
 from .recorder import record
 from .system import format_shm, shm_info
@@ -121,11 +121,17 @@ def check_open_files() -> Check:
 
 
 def check_cores() -> Check:
-    cores = config.available_cores()
-    ok = cores >= 2
-    return Check("cores", ok, f"{cores} available",
-                 "" if ok else "one core hides most lessons about workers; use 2 or more",
-                 blocking=False)
+    limits = cores.cpu_limits()
+    ok = limits.cores >= 2
+    if limits.quota_limits:
+        fix = ("a CPU quota (a class server's cpu_limit, Docker's --cpus) lets this kernel and its "
+               f"workers use {cores.format_cores(limits.cores)} CPU in all, though {limits.affinity} cores "
+               "show: CPU-bound loading stops there, and PyTorch's worker warning (it counts the "
+               "affinity mask) does not see it. The lessons size their work from the effective cores"
+               + ("" if ok else "; below 2 the lessons about parallel workers report their premise failed"))
+    else:
+        fix = "" if ok else "one core hides most lessons about workers; use 2 or more"
+    return Check("cores", ok and not limits.quota_limits, limits.describe(), fix, blocking=False)
 
 
 def run_setup_checks(start_methods: list[str] | None = None) -> list[Check]:

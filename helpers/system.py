@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from . import config
+from . import config, cores
 
 
 def get_device(prefer: str | None = None) -> torch.device:
@@ -115,7 +115,7 @@ class MachineDescription(dict):
         shm = self["shm"]
         shm_text = "not present (macOS/Windows)" if shm is None else format_shm(shm)
         return [
-            ("cores available", str(self["cores"])),
+            ("cores", self["cpu_limits"]),
             ("python", self["python"]),
             ("torch", self["torch"]),
             ("torchvision", self["torchvision"] or "not installed"),
@@ -136,7 +136,9 @@ class MachineDescription(dict):
 
 
 def describe_machine() -> MachineDescription:
-    """Cores, Python, torch, torchvision, accelerator, start method, /dev/shm, smoke mode."""
+    """Effective cores (with where each limit came from), Python, torch, torchvision, accelerator,
+    start method, /dev/shm, smoke mode."""
+    limits = cores.cpu_limits()
     try:
         import torchvision
 
@@ -144,7 +146,9 @@ def describe_machine() -> MachineDescription:
     except ImportError:
         tv_version = None
     return MachineDescription(
-        cores=config.available_cores(),
+        cores=limits.whole,
+        effective_cores=limits.cores,
+        cpu_limits=limits.describe(),
         platform=platform.platform(),
         python=sys.version.split()[0],
         torch=torch.__version__,

@@ -1,0 +1,195 @@
+"""Effective cores: the CPU a learner's processes can actually use.
+
+Two limits decide it, and the core count shows only the first:
+
+- the **affinity mask** (``os.sched_getaffinity``: the cores this process may run on —
+  ``taskset``, a cpuset, Docker's ``--cpuset-cpus``);
+- a **CPU quota** (CFS bandwidth control: JupyterHub's ``cpu_limit``, Docker's ``--cpus``,
+  Kubernetes' CPU limits). The processes of the group may use ``quota / period`` CPUs in
+  total, however many cores they see; one that has spent its quota is stopped until the
+  next period. cgroup v2 keeps it in ``cpu.max`` (``"max 100000"``: none,
+  ``"50000 100000"``: half a CPU), cgroup v1 in ``cpu.cfs_quota_us`` (−1: none) and
+  ``cpu.cfs_period_us``. A quota on any ancestor of the process's group limits it too.
+
+PyTorch's worker warning ("Our suggested max number of worker in current system is N") and
+``os.cpu_count()`` read the first at most, never the second: under a quota they suggest
+more workers than the CPU allows. :func:`cpu_limits` reads both, from the process's own
+cgroup (``/proc/self/cgroup`` and ``/proc/self/mountinfo``), with where each came from.
+Only the standard library: cheap enough to call from anywhere.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class CpuQuota:
+    """A CPU quota found on one cgroup: ``cpus`` = quota / period."""
+
+    cpus: float
+    source: str  #: where it was read, e.g. "cgroup v2 /sys/fs/cgroup/hub/cpu.max = '50000 100000'"
+
+
+@dataclass(frozen=True)
+class CpuLimits:
+    """The cores in the affinity mask and the tightest CPU quota over them.
+
+    ``cores`` is what the lab sizes work from (a float: a quota can be half a CPU);
+    ``whole`` is it as a count of processes that each get a full core (at least 1)."""
+
+    affinity: int
+    affinity_source: str
+    quota: CpuQuota | None
+
+    @property
+    def cores(self) -> float:
+        """Effective cores: the affinity mask, capped by the quota (CPUs, may be fractional)."""
+        return float(self.affinity) if self.quota is None else min(float(self.affinity), self.quota.cpus)
+
+    @property
+    def whole(self) -> int:
+        """The effective cores rounded down to whole cores, at least 1 (e.g. for a sweep of workers)."""
+        return max(1, math.floor(self.cores + 1e-9))
+
+    @property
+    def quota_limits(self) -> bool:
+        """True when a quota, not the affinity mask, sets the effective cores."""
+        return self.quota is not None and self.quota.cpus < self.affinity
+
+    def describe(self) -> str:
+        """One line: the effective cores and where each limit came from."""
+        mask = f"{self.affinity} in the affinity mask ({self.affinity_source})"
+        if self.quota is None:
+            return f"{format_cores(self.cores)} effective: {mask}; no CPU quota"
+        verb = "capped by" if self.quota_limits else "with"
+        return (f"{format_cores(self.cores)} effective: {mask}, {verb} a CPU quota of "
+                f"{self.quota.cpus:g} CPU ({self.quota.source})")
+
+
+def format_cores(cores: float) -> str:
+    """``2`` for 2.0, ``0.5`` for a half — how many CPUs, as a person writes it."""
+    return f"{cores:g}"
+
+
+def affinity() -> tuple[int, str]:
+    """The cores in this process's affinity mask, and how they were read."""
+    try:
+        return len(os.sched_getaffinity(0)), "os.sched_getaffinity"
+    except AttributeError:  # macOS, Windows: no affinity mask to read
+        return os.cpu_count() or 1, "os.cpu_count, no affinity mask on this OS"
+
+
+# -- reading the cgroup files --------------------------------------------------------------------
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
+
+
+def _mounts(mountinfo: str) -> list[tuple[str, str, str, set[str]]]:
+    """(root inside the hierarchy, mount point, filesystem type, options) of each cgroup mount."""
+    found = []
+    for line in mountinfo.splitlines():
+        fields = line.split()
+        if " - " not in line or len(fields) < 5:
+            continue
+        after = line.split(" - ", 1)[1].split()
+        if len(after) < 3 or after[0] not in ("cgroup", "cgroup2"):
+            continue
+        options = set(after[2].split(",")) | set(fields[5].split(","))
+        found.append((fields[3], fields[4], after[0], options))
+    return found
+
+
+def _within(mount_root: str, group: str) -> str | None:
+    """``group`` relative to the mount's root, or None when the mount does not contain it."""
+    if mount_root == "/":
+        return group.lstrip("/")
+    if group == mount_root or group.startswith(mount_root.rstrip("/") + "/"):
+        return group[len(mount_root):].lstrip("/")
+    return None
+
+
+def _groups_upward(mount_point: str, relative: str, root: Path) -> list[Path]:
+    """The process's group folder and each ancestor up to the mount point (a quota on any applies)."""
+    base = root / mount_point.lstrip("/")
+    parts = [p for p in relative.split("/") if p]
+    return [base.joinpath(*parts[:k]) for k in range(len(parts), -1, -1)]
+
+
+def _v2_quota(folder: Path) -> CpuQuota | None:
+    text = _read(folder / "cpu.max")
+    if text is None:
+        return None
+    fields = text.split()
+    if len(fields) != 2 or fields[0] == "max":
+        return None
+    quota, period = float(fields[0]), float(fields[1])
+    if quota <= 0 or period <= 0:
+        return None
+    return CpuQuota(quota / period, f"cgroup v2 {folder}/cpu.max = {text!r}")
+
+
+def _v1_quota(folder: Path) -> CpuQuota | None:
+    quota_text, period_text = _read(folder / "cpu.cfs_quota_us"), _read(folder / "cpu.cfs_period_us")
+    if quota_text is None or period_text is None:
+        return None
+    quota, period = int(quota_text), int(period_text)
+    if quota <= 0 or period <= 0:  # -1: no limit
+        return None
+    return CpuQuota(quota / period,
+                    f"cgroup v1 {folder}: cpu.cfs_quota_us={quota}, cpu.cfs_period_us={period}")
+
+
+def cgroup_quota(root: str | Path = "/", proc: str = "proc/self") -> CpuQuota | None:
+    """The tightest CPU quota over this process's cgroup and its ancestors, or None.
+
+    ``root`` is where the filesystem starts (tests pass a folder of fake cgroup files);
+    ``proc`` the process's folder below it. Reads ``/proc/self/cgroup`` for the group's path
+    and ``/proc/self/mountinfo`` for where each hierarchy is mounted, so it also works inside a
+    container (whose group shows as ``/``) and with v1 and v2 side by side."""
+    root = Path(root)
+    cgroup_text = _read(root / proc / "cgroup")
+    mountinfo = _read(root / proc / "mountinfo")
+    if cgroup_text is None or mountinfo is None:
+        return None
+    v2_group, v1_groups = None, {}
+    for line in cgroup_text.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        hierarchy, controllers, group = parts
+        if hierarchy == "0" and controllers == "":
+            v2_group = group
+        for controller in controllers.split(","):
+            v1_groups[controller] = group
+    quotas: list[CpuQuota] = []
+    for mount_root, mount_point, fstype, options in _mounts(mountinfo):
+        if fstype == "cgroup2" and v2_group is not None:
+            relative = _within(mount_root, v2_group)
+            reader = _v2_quota
+        elif fstype == "cgroup" and "cpu" in options and "cpu" in v1_groups:
+            relative = _within(mount_root, v1_groups["cpu"])
+            reader = _v1_quota
+        else:
+            continue
+        if relative is None:
+            continue
+        quotas += [q for q in map(reader, _groups_upward(mount_point, relative, root)) if q is not None]
+    return min(quotas, key=lambda q: q.cpus) if quotas else None
+
+
+def cpu_limits(root: str | Path = "/", proc: str = "proc/self") -> CpuLimits:
+    """The affinity mask and the cgroup CPU quota of this process (see the module's docstring)."""
+    count, source = affinity()
+    return CpuLimits(count, source, cgroup_quota(root, proc))
+
+
+def effective_cores() -> float:
+    """The CPUs this process and its children can use: affinity mask capped by any CPU quota."""
+    return cpu_limits().cores

@@ -1,0 +1,109 @@
+"""Effective cores (helpers.cores): the affinity mask capped by a cgroup CPU quota, read from fake
+cgroup files laid out as a container and a host show them (v1, v2, hybrid, none, below one CPU)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import helpers
+from helpers import cores
+
+V1_MOUNTS = """\
+31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+32 31 0:29 / /sys/fs/cgroup/cpu,cpuacct rw,relatime - cgroup cgroup rw,cpu,cpuacct
+35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
+41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+"""
+V2_MOUNTS = "30 23 0:27 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime - cgroup2 cgroup2 rw,nsdelegate\n"
+
+
+def fake_root(tmp_path: Path, cgroup: str, mountinfo: str, files: dict[str, str]) -> Path:
+    (tmp_path / "proc/self").mkdir(parents=True)
+    (tmp_path / "proc/self/cgroup").write_text(cgroup)
+    (tmp_path / "proc/self/mountinfo").write_text(mountinfo)
+    for name, text in files.items():
+        path = tmp_path / name.lstrip("/")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text + "\n")
+    return tmp_path
+
+
+def test_v1_quota_of_the_process_group(tmp_path):
+    root = fake_root(tmp_path, "4:memory:/x\n2:cpu,cpuacct:/hub/user\n0::/\n", V1_MOUNTS, {
+        "/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us": "-1",
+        "/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_period_us": "100000",
+        "/sys/fs/cgroup/cpu,cpuacct/hub/user/cpu.cfs_quota_us": "150000",
+        "/sys/fs/cgroup/cpu,cpuacct/hub/user/cpu.cfs_period_us": "100000",
+    })
+    quota = cores.cgroup_quota(root)
+    assert quota.cpus == 1.5 and "cgroup v1" in quota.source and "hub/user" in quota.source
+
+
+def test_v1_no_limit(tmp_path):
+    root = fake_root(tmp_path, "2:cpu,cpuacct:/\n", V1_MOUNTS, {
+        "/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us": "-1",
+        "/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_period_us": "100000",
+    })
+    assert cores.cgroup_quota(root) is None
+
+
+def test_v2_quota_below_one_cpu_inside_a_container(tmp_path):
+    # Inside a container with a cgroup namespace the group is "/" and the quota sits on the mount.
+    root = fake_root(tmp_path, "0::/\n", V2_MOUNTS, {"/sys/fs/cgroup/cpu.max": "50000 100000"})
+    quota = cores.cgroup_quota(root)
+    assert quota.cpus == 0.5 and quota.source.startswith("cgroup v2") and "'50000 100000'" in quota.source
+
+
+def test_v2_no_limit_and_an_ancestors_quota(tmp_path):
+    unlimited = fake_root(tmp_path / "a", "0::/user.slice/lab\n", V2_MOUNTS, {
+        "/sys/fs/cgroup/user.slice/lab/cpu.max": "max 100000",
+    })
+    assert cores.cgroup_quota(unlimited) is None
+    # A quota on a parent group limits its children: the tightest one counts.
+    nested = fake_root(tmp_path / "b", "0::/hub/alice/kernel\n", V2_MOUNTS, {
+        "/sys/fs/cgroup/hub/cpu.max": "200000 100000",
+        "/sys/fs/cgroup/hub/alice/cpu.max": "100000 100000",
+        "/sys/fs/cgroup/hub/alice/kernel/cpu.max": "max 100000",
+    })
+    quota = cores.cgroup_quota(nested)
+    assert quota.cpus == 1.0 and "hub/alice/cpu.max" in quota.source
+
+
+def test_hybrid_v2_without_a_cpu_controller_reads_v1(tmp_path):
+    root = fake_root(tmp_path, "1:cpu:/lab-quota\n0::/\n", V1_MOUNTS.replace("cpu,cpuacct", "cpu"), {
+        "/sys/fs/cgroup/cpu/lab-quota/cpu.cfs_quota_us": "100000",
+        "/sys/fs/cgroup/cpu/lab-quota/cpu.cfs_period_us": "100000",
+    })
+    assert cores.cgroup_quota(root).cpus == 1.0
+
+
+def test_no_cgroup_files_at_all(tmp_path):
+    assert cores.cgroup_quota(tmp_path) is None  # macOS, Windows, a sandbox without /proc
+
+
+def test_effective_cores_cap_the_affinity_and_describe_both():
+    two = cores.CpuLimits(2, "os.sched_getaffinity", None)
+    assert two.cores == 2.0 and two.whole == 2 and not two.quota_limits and "no CPU quota" in two.describe()
+    half_quota = cores.CpuQuota(0.5, "cgroup v2 x/cpu.max = '50000 100000'")
+    half = cores.CpuLimits(2, "os.sched_getaffinity", half_quota)
+    assert half.cores == 0.5 and half.whole == 1 and half.quota_limits
+    assert half.describe().startswith("0.5 effective: 2 in the affinity mask")
+    assert "capped by" in half.describe()
+    wide = cores.CpuLimits(2, "os.sched_getaffinity", cores.CpuQuota(8.0, "cgroup v1 y"))
+    assert wide.cores == 2.0 and not wide.quota_limits and "with a CPU quota of 8" in wide.describe()
+    assert cores.CpuLimits(4, "m", cores.CpuQuota(1.5, "q")).whole == 1
+
+
+def test_available_cores_follow_the_quota(monkeypatch):
+    quota = cores.CpuLimits(2, "os.sched_getaffinity", cores.CpuQuota(1.0, "cgroup v1 z"))
+    monkeypatch.setattr(cores, "cpu_limits", lambda *a, **k: quota)
+    assert helpers.available_cores() == 1 and helpers.effective_cores() == 1.0
+    assert "capped by a CPU quota of 1 CPU" in str(helpers.describe_machine())
+
+
+@pytest.mark.skipif(not Path("/proc/self/cgroup").exists(), reason="no /proc/self/cgroup (not Linux)")
+def test_this_machine_reads_without_error():
+    limits = helpers.cpu_limits()
+    assert limits.affinity >= 1 and limits.cores > 0
