@@ -9,7 +9,7 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 QUICK ?= $(DLLAB_SMOKE)
 START_METHOD ?= $(DLLAB_START_METHOD)
 
-.PHONY: lab test unit notebooks browser browser-decks lint stress start-methods handouts slides figures figures-gpu benchmark readme strip clean
+.PHONY: lab test unit notebooks browser browser-decks lint stress quota start-methods handouts slides figures figures-gpu benchmark readme strip clean
 
 # (Re)create the environment when it is missing or pyproject.toml changed.
 $(STAMP): pyproject.toml
@@ -40,6 +40,12 @@ notebooks: $(STAMP)
 # The smoke notebooks beside one CPU-bound program: every check must hold or say its premise failed.
 stress: $(STAMP)
 	$(BIN)/python scripts/stress.py --competitors 1 -- $(MAKE) --no-print-directory notebooks
+
+# The smoke notebooks inside a CPU quota, as a class server's cpu_limit sets one (QUOTA=0.5 for half a
+# CPU). Needs Linux and root (or a delegated cgroup v2 subtree); says so and exits 3 where it cannot.
+QUOTA ?= 1
+quota: $(STAMP)
+	$(BIN)/python scripts/quota.py --cpus $(QUOTA) -- $(MAKE) --no-print-directory notebooks
 
 # The smoke notebooks under each start method (macOS/Windows use spawn, Linux from Python 3.14 forkserver).
 start-methods: $(STAMP)

@@ -115,13 +115,6 @@ def _within(mount_root: str, group: str) -> str | None:
     return None
 
 
-def _groups_upward(mount_point: str, relative: str, root: Path) -> list[Path]:
-    """The process's group folder and each ancestor up to the mount point (a quota on any applies)."""
-    base = root / mount_point.lstrip("/")
-    parts = [p for p in relative.split("/") if p]
-    return [base.joinpath(*parts[:k]) for k in range(len(parts), -1, -1)]
-
-
 def _v2_quota(folder: Path) -> CpuQuota | None:
     text = _read(folder / "cpu.max")
     if text is None:
@@ -146,8 +139,25 @@ def _v1_quota(folder: Path) -> CpuQuota | None:
                     f"cgroup v1 {folder}: cpu.cfs_quota_us={quota}, cpu.cfs_period_us={period}")
 
 
-def cgroup_quota(root: str | Path = "/", proc: str = "proc/self") -> CpuQuota | None:
-    """The tightest CPU quota over this process's cgroup and its ancestors, or None.
+@dataclass(frozen=True)
+class CpuCgroup:
+    """One hierarchy that can hold a CPU quota for this process: its version ("v1" with the
+    ``cpu`` controller, or "v2"), where it is mounted and the process's own group folder."""
+
+    version: str
+    mount: Path
+    group: Path
+
+    def upward(self) -> list[Path]:
+        """The group folder and each ancestor up to the mount (a quota on any of them applies)."""
+        folders = [self.group]
+        while folders[-1] != self.mount and self.mount in folders[-1].parents:
+            folders.append(folders[-1].parent)
+        return folders
+
+
+def cpu_cgroups(root: str | Path = "/", proc: str = "proc/self") -> list[CpuCgroup]:
+    """This process's group in each cgroup hierarchy that can hold a CPU quota.
 
     ``root`` is where the filesystem starts (tests pass a folder of fake cgroup files);
     ``proc`` the process's folder below it. Reads ``/proc/self/cgroup`` for the group's path
@@ -157,7 +167,7 @@ def cgroup_quota(root: str | Path = "/", proc: str = "proc/self") -> CpuQuota | 
     cgroup_text = _read(root / proc / "cgroup")
     mountinfo = _read(root / proc / "mountinfo")
     if cgroup_text is None or mountinfo is None:
-        return None
+        return []
     v2_group, v1_groups = None, {}
     for line in cgroup_text.splitlines():
         parts = line.split(":", 2)
@@ -168,19 +178,25 @@ def cgroup_quota(root: str | Path = "/", proc: str = "proc/self") -> CpuQuota | 
             v2_group = group
         for controller in controllers.split(","):
             v1_groups[controller] = group
-    quotas: list[CpuQuota] = []
+    found = []
     for mount_root, mount_point, fstype, options in _mounts(mountinfo):
         if fstype == "cgroup2" and v2_group is not None:
-            relative = _within(mount_root, v2_group)
-            reader = _v2_quota
+            version, relative = "v2", _within(mount_root, v2_group)
         elif fstype == "cgroup" and "cpu" in options and "cpu" in v1_groups:
-            relative = _within(mount_root, v1_groups["cpu"])
-            reader = _v1_quota
+            version, relative = "v1", _within(mount_root, v1_groups["cpu"])
         else:
             continue
-        if relative is None:
-            continue
-        quotas += [q for q in map(reader, _groups_upward(mount_point, relative, root)) if q is not None]
+        if relative is not None:
+            mount = root / mount_point.lstrip("/")
+            found.append(CpuCgroup(version, mount, mount.joinpath(*[p for p in relative.split("/") if p])))
+    return found
+
+
+def cgroup_quota(root: str | Path = "/", proc: str = "proc/self") -> CpuQuota | None:
+    """The tightest CPU quota over this process's cgroup and its ancestors, or None."""
+    quotas = [q for cgroup in cpu_cgroups(root, proc)
+              for q in map(_v2_quota if cgroup.version == "v2" else _v1_quota, cgroup.upward())
+              if q is not None]
     return min(quotas, key=lambda q: q.cpus) if quotas else None
 
 

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import psutil
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -26,3 +27,38 @@ def test_stress_refuses_a_missing_command():
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / "stress.py"), "--competitors", "1"],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "give a command after --" in done.stderr
+
+
+# -- quota.py: a command inside a CPU quota -------------------------------------------------------
+def run_quota(*args, timeout=60):
+    return subprocess.run([sys.executable, str(ROOT / "scripts" / "quota.py"), *args],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def quota_possible() -> bool:
+    probe = run_quota("--cpus", "1", "--", sys.executable, "-c", "pass")
+    return probe.returncode == 0
+
+
+def test_quota_refuses_nonsense_with_the_fix():
+    assert "give a command after --" in run_quota("--cpus", "1").stderr
+    done = run_quota("--cpus", "0", "--", "true")
+    assert done.returncode == 2 and "--cpus must be above 0 (e.g. 1 or 0.5)" in done.stderr
+
+
+def test_quota_caps_the_command_and_its_children_and_leaves_no_group():
+    if not quota_possible():
+        pytest.skip("no CPU quota group can be made here (needs Linux and root): "
+                    + run_quota("--", "true").stderr.strip())
+    # The command sees half a CPU through helpers.cpu_limits (its own cgroup), and so does its child.
+    child = "import helpers.cores as c; print(c.effective_cores())"
+    probe = ("import subprocess, sys; import helpers; print(helpers.effective_cores()); "
+             f"print(subprocess.run([sys.executable, '-c', {child!r}],"
+             " capture_output=True, text=True).stdout.strip()); sys.exit(4)")
+    done = run_quota("--cpus", "0.5", "--", sys.executable, "-c", probe, timeout=120)
+    assert done.returncode == 4, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[1:3] == ["0.5", "0.5"], done.stdout
+    assert "throttled in" in lines[-1]
+    group = lines[0].split("cgroup ")[1].split()[1].rstrip(")")
+    assert not Path(group).exists()  # removed afterwards
