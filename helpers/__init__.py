@@ -37,6 +37,7 @@ from .copy_on_read import (
     WorkerMemory,
     encoded_bytes,
     epoch_workers,
+    extra_private,
     extra_uss,
     make_paths,
     measure_memory,
@@ -204,7 +205,8 @@ __all__ = [
     "start_method",
     "BatchedTensorDataset", "BatchedTutorialDataset", "BatchedWorkDataset", "HostTransform",
     "TaggedDataset", "TutorialDataset", "WorkDataset", "WorkStream", "burn_cpu", "mnist_like",
-    "STORAGES", "MemoryRun", "PathDataset", "WorkerMemory", "encoded_bytes", "epoch_workers", "extra_uss",
+    "STORAGES", "MemoryRun", "PathDataset", "WorkerMemory", "encoded_bytes", "epoch_workers", "extra_private",
+    "extra_uss",
     "make_paths", "measure_memory", "memory_table", "sent_bytes", "summarise",
     "ShmMonitor", "child_processes", "run_demo", "shm_sandbox_available", "shm_used_bytes", "torch_segments",
 

@@ -129,6 +129,19 @@ class PathDataset(Dataset):
 
 
 # -- worker memory over time ------------------------------------------------------------------
+def private_dirty(pid: int, fallback: int = 0) -> int:
+    """A process's private dirty bytes (``Private_Dirty`` in ``/proc/<pid>/smaps_rollup``): the
+    pages it wrote that no other process maps. ``fallback`` where the file is missing (not Linux)."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as rollup:
+            for line in rollup:
+                if line.startswith("Private_Dirty:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return int(fallback)
+
+
 @dataclass(frozen=True)
 class MemorySample:
     """One process's memory at one moment, in bytes (psutil ``memory_full_info``)."""
@@ -139,6 +152,10 @@ class MemorySample:
     uss: int  #: unique set: pages only this process holds (what ending it frees)
     pss: int  #: proportional set: private pages + each shared page divided by its sharers
     rss: int  #: resident set: what `top` shows as RES (shared pages counted in full)
+    #: private dirty: pages this process wrote and alone holds — a forked worker's copied pages, or
+    #: everything a spawned worker allocated; unlike USS, no library page it merely read (Linux;
+    #: elsewhere the USS)
+    private: int = 0
 
 
 @dataclass
@@ -188,7 +205,7 @@ class WorkerMemory:
         except (psutil.NoSuchProcess, psutil.ZombieProcess):
             return None
         return MemorySample(clock() - self._t0, self._round, pid, int(info.uss),
-                            int(getattr(info, "pss", info.uss)), int(info.rss))
+                            int(getattr(info, "pss", info.uss)), int(info.rss), private_dirty(pid, info.uss))
 
     def _run(self) -> None:
         from .failures import child_processes
@@ -247,6 +264,8 @@ class MemoryRun:
     peak_uss: list[int]
     peak_total_rss: int
     peak_total_pss: int
+    #: each worker's peak private dirty bytes (see :class:`MemorySample`), same order as ``peak_uss``
+    peak_private: list[int] = field(default_factory=list)
 
     @property
     def growth(self) -> list[int]:
@@ -259,8 +278,10 @@ def summarise(storage: str, start_method: str, data_bytes: int, memory: WorkerMe
     if not growth:
         raise RuntimeError("no worker was sampled: the epoch ended before the first sample; "
                            "use more items or a lower interval_s")
+    private = memory.growth("private")
     return MemoryRun(storage, start_method, int(data_bytes), [g[0] for g in growth.values()],
-                     [g[1] for g in growth.values()], memory.peak_total("rss"), memory.peak_total("pss"))
+                     [g[1] for g in growth.values()], memory.peak_total("rss"), memory.peak_total("pss"),
+                     [private[pid][1] for pid in growth])
 
 
 def memory_table(runs: Sequence[MemoryRun]) -> Any:
@@ -303,18 +324,39 @@ def encoded_bytes(paths: Sequence[str]) -> int:
     return sum(len(p.encode()) for p in paths)
 
 
-def extra_uss(run: MemoryRun, reference: MemoryRun) -> list[int]:
+def extra_uss(run: MemoryRun, reference: MemoryRun, what: str = "uss") -> list[int]:
     """Each worker's peak USS above the median peak of workers that held no data (same start
-    method, same epoch): what holding this storage cost the worker."""
-    base = float(np.median(reference.peak_uss))
-    return [int(p - base) for p in run.peak_uss]
+    method, same epoch): what holding this storage cost the worker. ``what="private"`` compares
+    private dirty bytes instead (spawned workers: see :func:`extra_private`)."""
+    peaks, reference_peaks = _peaks(run, what), _peaks(reference, what)
+    base = float(np.median(reference_peaks))
+    return [int(p - base) for p in peaks]
 
 
-def noise_margin_bytes(list_bytes: int, reference: MemoryRun) -> int:
+def extra_private(run: MemoryRun, reference: MemoryRun) -> list[int]:
+    """Each worker's peak private dirty bytes above the no-data workers' median. For spawned
+    workers this is the measure: their USS also counts pages of torch's libraries that only they
+    happened to read in, which differ by tens of MiB from run to run; the pages they *wrote* (the
+    rebuilt dataset among them) do not."""
+    return extra_uss(run, reference, "private")
+
+
+def _peaks(run: MemoryRun, what: str) -> list[int]:
+    if what == "uss":
+        return run.peak_uss
+    if what == "private":
+        if not run.peak_private:
+            raise ValueError(f"the {run.storage} run has no private dirty samples")
+        return run.peak_private
+    raise ValueError(f"what must be 'uss' or 'private', got {what!r}")
+
+
+def noise_margin_bytes(list_bytes: int, reference: MemoryRun, what: str = "uss") -> int:
     """How far above the no-data workers a storage may end and still count as "no growth":
     a tenth of the list, three times the spread of the no-data workers' peaks, at least 6 MiB
     (a full garbage collection in a worker writes to every inherited container's header)."""
-    spread = max(reference.peak_uss) - min(reference.peak_uss)
+    peaks = _peaks(reference, what)
+    spread = max(peaks) - min(peaks)
     return int(max(0.1 * list_bytes, 3 * spread, 6 * MiB))
 
 

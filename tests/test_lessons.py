@@ -779,9 +779,9 @@ def cow_case(list_extra=1.0, obj_extra=1.0, array_extra=0.0, tensor_sent=200, pe
 
     def run(storage, extra):
         peak = [int(base + extra * data)] * 2
-        return MemoryRun(storage, "fork", data, [base, base], peak, 0, 0)
+        return MemoryRun(storage, "fork", data, [base, base], peak, 0, 0, peak)
 
-    runs = {"none": MemoryRun("none", "fork", 0, [base, base], [base, base + MiB], 0, 0),
+    runs = {"none": MemoryRun("none", "fork", 0, [base, base], [base, base + MiB], 0, 0, [base, base + MiB]),
             "list": run("list", list_extra), "object array": run("object array", obj_extra)}
     runs.update({s: run(s, array_extra) for s in ("numpy bytes", "buffer + offsets", "arrow", "tensor")})
     encoded = int(0.34 * data)
@@ -819,6 +819,28 @@ def test_copy_on_read_checks_fail_when_persistence_or_refork_keep_no_copy():
         "with persistent_workers, epoch 2 is served by the same workers, still holding their copy",
         "without persistent_workers, epoch 2's new workers copy the list again",
     ]
+
+
+def test_copy_on_read_spawn_check_reads_private_dirty_not_uss():
+    # Measured here: spawned no-data workers' USS peaked anywhere from 322 to 474 MiB (library pages
+    # only one worker read in), while their private dirty memory stayed at 285.8-285.9 MiB and a list
+    # worker's at 311-315 MiB. A USS below "half the list" must not fail the check; private dirty decides.
+    from helpers.copy_on_read import MemoryRun, MiB
+    from helpers.lessons import copy_on_read
+
+    runs, sent, encoded, persistent, fresh, (_, none) = cow_case()
+    data = runs["list"].data_bytes
+    base = 300 * MiB
+    noisy_uss = [base + int(0.1 * data)] * 2
+    copied = MemoryRun("list", "spawn", data, [base] * 2, noisy_uss, 0, 0, [base + data] * 2)
+    claim = [c for c in copy_on_read.checks(runs, sent, encoded, persistent, fresh, (copied, none))
+             if c.claim.startswith("spawned workers")][0]
+    assert claim.passed, claim
+    low_private = [base + int(0.1 * data)] * 2
+    shared = MemoryRun("list", "spawn", data, [base] * 2, [base + data] * 2, 0, 0, low_private)
+    claim = [c for c in copy_on_read.checks(runs, sent, encoded, persistent, fresh, (shared, none))
+             if c.claim.startswith("spawned workers")][0]
+    assert claim.passed is False
 
 
 def test_copy_on_read_checks_report_their_premises():
