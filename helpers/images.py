@@ -15,6 +15,7 @@ threads inside one process, to compare threads with worker processes on the same
 from __future__ import annotations
 
 import os
+import statistics
 import tarfile
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -210,6 +211,23 @@ def images_per_s(timeline: Any) -> float:
     return sum(len(b.indices) for b in batches) / span if span > 0 else float("nan")
 
 
+def decode_rate(timeline: Any) -> float:
+    """Images per second the workers decode while they work: for each worker (or the main
+    process, with 0 workers), the median over its batches of images ÷ fetch time, added up over
+    the workers. Start-up, workers that came up apart, the epoch's tail and time spent waiting
+    for a free prefetch slot are left out, so it shows what the cores give the decoding: two
+    workers on two free cores decode twice what one does; a third worker on two cores makes
+    every fetch take longer on the wall clock and adds nothing."""
+    per_worker: dict[int, list[float]] = {}
+    for b in timeline.batches:
+        fetch_s = b.fetch_end - b.fetch_start
+        if fetch_s > 0:
+            per_worker.setdefault(b.worker, []).append(len(b.indices) / fetch_s)
+    if not per_worker:
+        return float("nan")
+    return float(sum(statistics.median(rates) for rates in per_worker.values()))
+
+
 def cost_per_image(dataset: JpegDataset, count: int = 32) -> dict[str, float]:
     """Median seconds per image to read its bytes, decode them and transform, in this process
     with one torch thread (as in a worker)."""
@@ -236,17 +254,6 @@ def cost_per_image(dataset: JpegDataset, count: int = 32) -> dict[str, float]:
         "decode": float(np.median(decode)),
         "transform": float(np.median(transform)),
     }
-
-
-def worker_lag_s(timeline: Any) -> float:
-    """How far apart the first epoch's workers came up (s; 0 with one worker or none)."""
-    ready = list(timeline.epochs[0].worker_ready.values()) if timeline.epochs else []
-    return max(ready) - min(ready) if len(ready) > 1 else 0.0
-
-
-def fetch_span_s(timeline: Any) -> float:
-    """From the first fetch's start to the last batch in hand (s): what :func:`images_per_s` divides by."""
-    return max(b.ready for b in timeline.batches) - min(b.fetch_start for b in timeline.batches)
 
 
 def gpu_decode_rate(paths: Sequence[str | os.PathLike], crop: int, *, repeats: int = 3) -> dict[str, float]:

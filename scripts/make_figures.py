@@ -260,7 +260,7 @@ def images(where: str) -> None:
             for label, workers, pool in (("1 worker", 1, 1), ("2 threads", 1, 2), ("2 workers", 2, 1)):
                 ds = helpers.JpegDataset(ps, ls, transform=helpers.train_transform(crop), threads=pool)
                 loader = DataLoader(ds, batch_size=batch, shuffle=True, num_workers=workers)
-                threads[name][label] = helpers.images_per_s(helpers.record(loader, step, progress=False))
+                threads[name][label] = helpers.decode_rate(helpers.record(loader, step, progress=False))
     fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.2), layout="constrained", width_ratios=[1, 1.5])
     left.bar([str(w) for w in rates], list(rates.values()), color="tab:blue")
     for i, r in enumerate(rates.values()):
