@@ -382,26 +382,31 @@ def startup_case(
     spawn_uss=0.56,
     fork_uss=0.02,
     stale_persistent=((0,), (0,), (0,)),
+    fork_first=0.05,
+    forkserver_later=1.5,
+    shutdown=None,
+    fix_seen=None,
 ):
     from helpers.workers import ProcessMemory
 
     children = {
-        "fork": epochs_timeline([0.05, 0.03]),
+        "fork": epochs_timeline([fork_first, 0.03]),
         "spawn": epochs_timeline([2.2, 1.4]),
-        "forkserver": epochs_timeline([1.7, 1.5]),
+        "forkserver": epochs_timeline([1.7, forkserver_later]),
         "forkserver + preload": epochs_timeline([1.3, preload_later]),
     }
     runs = {}
     for method, startup in (("fork", 0.04), ("spawn", 1.3)):
-        runs[method, False] = epochs_timeline([startup] * 4, shutdown=0.02 if method == "fork" else 0.4)
+        gap = shutdown if shutdown is not None else 0.02 if method == "fork" else 0.4
+        runs[method, False] = epochs_timeline([startup] * 4, shutdown=gap)
         runs[method, True] = epochs_timeline([startup] + [0.0] * 3)
         if persistent_gap_extra:
             runs[method, True] = epochs_timeline([startup] + [persistent_gap_extra] * 3)
     stale = {
         "attribute, fresh": [[0], [1], [2]],
         "attribute, persistent": [list(e) for e in stale_persistent],
-        "fix 1: sampler": [[0], [1], [2]],
-        "fix 2: shared value": [[0], [1], [2]],
+        "fix 1: sampler": [list(e) for e in fix_seen] if fix_seen else [[0], [1], [2]],
+        "fix 2: shared value": [list(e) for e in fix_seen] if fix_seen else [[0], [1], [2]],
     }
     memory = {
         "fork": [ProcessMemory(1, 100, int(100 * fork_uss))] * 2,
@@ -424,6 +429,47 @@ def test_startup_checks_fail_when_preload_or_persistence_do_not_help():
     assert "forkserver with set_forkserver_preload(['torch']): later workers start at fork speed" in failed
     assert "spawn: persistent workers spare every later epoch its workers' start-up" in failed
     assert "spawn: even with persistent workers a later epoch's first batch costs one batch load" in failed
+
+
+def test_startup_checks_fail_when_spawned_workers_start_about_as_fast_as_forked_ones():
+    from helpers.lessons import startup
+
+    # forked workers that took 0.5 s to start: spawn (2.2 s) is 4.4× slower, forkserver (1.7 s) 3.4×
+    assert failing(startup.checks(*startup_case(fork_first=0.5))) == [
+        "spawn workers take far longer to start than fork workers (they import torch themselves)",
+        "forkserver workers take far longer to start than fork workers (they import torch themselves)",
+    ]
+
+
+def test_startup_checks_fail_when_the_forkserver_already_has_torch_without_preload():
+    from helpers.lessons import startup
+
+    # later workers from a plain forkserver start at fork speed (as if torch were preloaded): the claim
+    # that each new set imports torch again fails, and preloading has nothing left to save
+    assert failing(startup.checks(*startup_case(forkserver_later=0.03))) == [
+        "forkserver without preload: every new set of workers imports torch again",
+        "forkserver with set_forkserver_preload(['torch']): later workers start at fork speed",
+    ]
+
+
+def test_startup_checks_fail_when_the_last_next_costs_nothing_without_persistence():
+    from helpers.lessons import startup
+
+    # the epoch's last next() returns at once without persistent workers, as with them
+    assert failing(startup.checks(*startup_case(shutdown=0.0))) == [
+        "fork: without persistence, the epoch's last next() shuts the workers down",
+        "spawn: without persistence, the epoch's last next() shuts the workers down",
+    ]
+
+
+def test_startup_checks_fail_when_the_fixes_do_not_reach_persistent_workers():
+    from helpers.lessons import startup
+
+    # both fixes behave like the plain attribute: persistent workers keep seeing epoch 0
+    assert failing(startup.checks(*startup_case(fix_seen=((0,), (0,), (0,))))) == [
+        "fix 1: sampler reaches persistent workers every epoch",
+        "fix 2: shared value reaches persistent workers every epoch",
+    ]
 
 
 def test_startup_checks_fail_when_state_or_memory_behave_otherwise():
