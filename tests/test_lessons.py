@@ -5,6 +5,7 @@ configurations are exact and the tests fast; the notebooks run the same checks o
 from __future__ import annotations
 
 import pytest
+from conftest import make_loader
 
 import helpers
 from helpers.lessons import baseline
@@ -575,6 +576,128 @@ def test_device_prefetch_checks_fail_when_the_thread_does_not_hide_the_transform
     ]
     failed = failing(device_prefetch.checks(*host_case(inline_extra=0.0)))
     assert failed == ["in the loop's thread the transform adds to every batch"]
+
+
+def gpu_recording(order, arrivals, copy_s=0.002, step_s=0.004):
+    """A device prefetcher's recording on a GPU, built from the order of its stream operations. Batch k
+    reaches the main process at ``arrivals[k]``; copies run one after another on the side stream;
+    the loop steps on one batch at a time, and a step ends in a sync. ``order="prefetcher"``
+    (DevicePrefetcher): copy k is queued when batch k arrives (and the thread's queue has room), the
+    loop gets batch k once its copy is queued, and step k waits for copy k only.
+    ``order="serialised"``: the loop gets batch k once batch k+1 arrived and its copy was queued, and
+    step k waits for every copy queued so far."""
+    from helpers.lessons.device_prefetch import STEP_ROW
+
+    n = len(arrivals)
+    copies, batches, spans = {}, [], []
+    side_free = previous_end = 0.0
+    for k in range(n):
+        if order == "prefetcher":  # its queue holds 2 batches: copy k waits for the loop to take batch k-3
+            ready = max(arrivals[k], previous_end)
+            queued = {k: max(arrivals[k], batches[k - 3].ready if k >= 3 else 0.0)}
+        else:  # the first next() pulls batches 0 and 1; each later one pulls batch k+1
+            ready = max(arrivals[k: k + 2] + [previous_end])
+            queued = {j: ready for j in ((0, 1) if k == 0 else (k + 1,)) if j < n}
+        for j, at in queued.items():
+            start = max(at, side_free)
+            side_free = start + copy_s
+            copies[j] = (start, side_free)
+        begin = max(ready, copies[k][1] if order == "prefetcher" else side_free)
+        batches.append(helpers.BatchRecord(epoch=0, index=k, worker=k % 4, fetch_start=arrivals[k] - 0.01,
+                                           fetch_end=arrivals[k], wait_start=previous_end, ready=ready,
+                                           step_end=begin + step_s, worker_seq=k // 4, indices=(k,), pid=0))
+        spans.append(helpers.Span(STEP_ROW, "step", begin, begin + step_s, 0, k))
+        previous_end = begin + step_s
+    spans += [helpers.Span("copy stream", "copy", start, end, 0, k)
+              for k, (start, end) in sorted(copies.items())]
+    epoch = helpers.EpochRecord(0, 0.0, 0.0, batches[0].ready, previous_end)
+    return helpers.Timeline(batches, [epoch], {"num_workers": 4}, spans)
+
+
+FAST = [0.001 * k for k in range(12)]  # the loader keeps ahead of a 4 ms step
+BURSTS = [0.05 * (k // 4) + 0.0005 * (k % 4) for k in range(12)]  # 4 workers deliver 4 batches at once
+SLOW = [0.02 * k for k in range(12)]  # one batch every 20 ms: each arrives after the previous step
+
+
+def gpu_case(prefetcher=FAST, serialised=FAST, prefetcher_order="prefetcher"):
+    host, bound, transform_s, _ = host_case()
+    gpu = {"DevicePrefetcher": gpu_recording(prefetcher_order, prefetcher),
+           "former serialised prefetcher": gpu_recording("serialised", serialised)}
+    return host, bound, transform_s, gpu
+
+
+def test_serialised_recordings_never_overlap_copy_and_step():
+    from helpers.lessons import device_prefetch
+
+    for arrivals in (FAST, BURSTS, SLOW):
+        share, count = device_prefetch.copy_overlap(gpu_recording("serialised", arrivals))
+        assert share == 0.0 and count == 11
+    share, count = device_prefetch.copy_overlap(gpu_recording("prefetcher", FAST))
+    assert share > 0.9 and count == 11
+
+
+def test_device_prefetch_gpu_check_passes_when_copies_run_beside_steps():
+    from helpers.lessons import device_prefetch
+
+    for arrivals in (FAST, BURSTS):  # a fast loader, and one that delivers in bursts (data-bound)
+        (gpu,) = device_prefetch.checks(*gpu_case(arrivals, arrivals))[3:]
+        assert gpu.passed, gpu
+
+
+def test_device_prefetch_gpu_check_fails_when_copy_and_step_are_serialised():
+    from helpers.lessons import device_prefetch
+
+    # the prefetcher's own recording shows the serialised order: each step after the next copy
+    for arrivals in (FAST, BURSTS):
+        (gpu,) = device_prefetch.checks(*gpu_case(arrivals, arrivals, prefetcher_order="serialised"))[3:]
+        assert gpu.passed is False and gpu.claim.startswith("on a GPU: DevicePrefetcher copies"), gpu
+
+
+def test_device_prefetch_gpu_check_reports_a_data_bound_run_as_a_premise():
+    from helpers.lessons import device_prefetch
+
+    (gpu,) = device_prefetch.checks(*gpu_case(SLOW, SLOW))[3:]
+    assert gpu.passed is None and "data-bound" in gpu.premise and "0 of 12 copies" in gpu.measured
+
+
+def test_step_timer_puts_the_steps_on_the_recording_clock():
+    from helpers.lessons.device_prefetch import STEP_ROW, StepTimer
+
+    loader = make_loader(helpers.WorkDataset(8, item_shape=(4,)), batch_size=2)
+    timer = StepTimer(helpers.ModelledStep(0.01), "cpu")
+    tl = timer.add_spans(helpers.record(loader, timer, wrap=lambda it: helpers.DevicePrefetcher(it, "cpu")))
+    steps = [s for s in tl.spans if s.row == STEP_ROW]
+    assert [s.batch for s in steps] == [b.index for b in tl.batches]
+    for s, b in zip(steps, tl.batches, strict=True):
+        assert b.ready - 1e-3 <= s.start and s.end <= b.step_end + 1e-3 and s.end - s.start >= 0.009
+
+
+def test_step_timer_reads_cuda_events_on_the_recording_clock(monkeypatch):
+    import time
+
+    import torch
+
+    from helpers.lessons.device_prefetch import STEP_ROW, StepTimer
+
+    class Event:  # a CUDA event that the "device" runs the moment it is recorded
+        def __init__(self, enable_timing=False):
+            self.at = None
+
+        def record(self, stream=None):
+            self.at = time.perf_counter()
+
+        def elapsed_time(self, other):
+            return (other.at - self.at) * 1e3  # ms, as torch.cuda.Event.elapsed_time
+
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    loader = make_loader(helpers.WorkDataset(6, item_shape=(4,)), batch_size=2)
+    timer = StepTimer(helpers.ModelledStep(0.01), "cuda")
+    assert timer.cuda
+    tl = timer.add_spans(helpers.record(loader, timer))
+    steps = [s for s in tl.spans if s.row == STEP_ROW]
+    for s, b in zip(steps, tl.batches, strict=True):
+        assert b.ready - 1e-3 <= s.start and s.end <= b.step_end + 1e-3 and s.end - s.start >= 0.009
 
 
 # -- 08 · batched fetching ---------------------------------------------------------------------------
