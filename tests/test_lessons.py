@@ -701,18 +701,17 @@ def test_step_timer_reads_cuda_events_on_the_recording_clock(monkeypatch):
 
 
 # -- 08 · batched fetching ---------------------------------------------------------------------------
-def batched_case(remote=38.0, cpu=1.0, subset_queries=4, workers_gain=1.8):
+def batched_case(remote=38.0, cpu=1.0, workers_gain=1.8, local=2.7, batched_rate=1100.0, tutorial=10.6):
     remote_case, cpu_case = "remote: a round trip per query", "per-sample CPU work dominates"
-    speedup = {"local SQLite": 2.7, remote_case: remote, cpu_case: cpu}
+    speedup = {"local SQLite": local, remote_case: remote, cpu_case: cpu}
     predicted = {remote_case: 38.0, cpu_case: 1.0}
-    queries = {"BatchedSqliteDataset": (12, 12), "Subset of it": (subset_queries, 4)}
     rate = {
         "per sample, 0 workers": 30.0,
         "per sample, 2 workers": 30.0 * workers_gain,
-        "__getitems__, 0 workers": 1100.0,
+        "__getitems__, 0 workers": batched_rate,
         "__getitems__, 2 workers": 400.0,
     }
-    return speedup, predicted, queries, rate, 10.6, 10.2
+    return speedup, predicted, rate, tutorial, 10.2
 
 
 def test_batched_checks_pass_when_the_lesson_holds():
@@ -724,15 +723,41 @@ def test_batched_checks_pass_when_the_lesson_holds():
 def test_batched_checks_fail_when_batching_does_not_behave_as_taught():
     from helpers.lessons import batched
 
-    # no gain with round trips; a big gain under per-sample CPU work; a Subset calling per sample
-    failed = failing(batched.checks(*batched_case(remote=3.0, cpu=6.0, subset_queries=256, workers_gain=1.0)))
+    # no gain with round trips; a big gain under per-sample CPU work; workers that do not help
+    failed = failing(batched.checks(*batched_case(remote=3.0, cpu=6.0, workers_gain=1.0)))
     assert failed == [
         "with a round trip per request, one request per batch is over 10× faster",
         "...and the speedup follows the arithmetic of the stated costs (within 2×)",
         "when per-sample CPU work dominates, batching the fetch gains little (under 1.5×)",
         "...as the arithmetic of the stated costs says (within 2×)",
-        "Subset of it: the DataLoader calls __getitems__ once per batch",
         "workers help per-sample requests (each waits for its own round trips)",
+    ]
+
+
+def test_batched_checks_fail_when_a_local_database_gains_nothing():
+    from helpers.lessons import batched
+
+    # one query per batch on the local database no faster than one per sample (1.05×)
+    assert failing(batched.checks(*batched_case(local=1.05))) == [
+        "even on a local database, fewer queries and Python calls pay (at least 1.2×)"
+    ]
+
+
+def test_batched_checks_fail_when_two_workers_per_sample_keep_up_with_one_request_per_batch():
+    from helpers.lessons import batched
+
+    # per sample with 2 workers at 54 batches/s, one request per batch without workers at 80: 1.5×
+    assert failing(batched.checks(*batched_case(batched_rate=80.0))) == [
+        "one request per batch beats them without any worker"
+    ]
+
+
+def test_batched_checks_fail_when_the_tutorial_speedup_is_not_its_sleep_arithmetic():
+    from helpers.lessons import batched
+
+    # a measured 25× where the sleeps alone predict 10.2×: something beyond the sleep count
+    assert failing(batched.checks(*batched_case(tutorial=25.0))) == [
+        "the tutorial's speedup is its sleep arithmetic (within 1.6×)"
     ]
 
 
