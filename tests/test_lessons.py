@@ -5,6 +5,7 @@ configurations are exact and the tests fast; the notebooks run the same checks o
 from __future__ import annotations
 
 import pytest
+from conftest import make_loader
 
 import helpers
 from helpers.lessons import baseline
@@ -382,26 +383,31 @@ def startup_case(
     spawn_uss=0.56,
     fork_uss=0.02,
     stale_persistent=((0,), (0,), (0,)),
+    fork_first=0.05,
+    forkserver_later=1.5,
+    shutdown=None,
+    fix_seen=None,
 ):
     from helpers.workers import ProcessMemory
 
     children = {
-        "fork": epochs_timeline([0.05, 0.03]),
+        "fork": epochs_timeline([fork_first, 0.03]),
         "spawn": epochs_timeline([2.2, 1.4]),
-        "forkserver": epochs_timeline([1.7, 1.5]),
+        "forkserver": epochs_timeline([1.7, forkserver_later]),
         "forkserver + preload": epochs_timeline([1.3, preload_later]),
     }
     runs = {}
     for method, startup in (("fork", 0.04), ("spawn", 1.3)):
-        runs[method, False] = epochs_timeline([startup] * 4, shutdown=0.02 if method == "fork" else 0.4)
+        gap = shutdown if shutdown is not None else 0.02 if method == "fork" else 0.4
+        runs[method, False] = epochs_timeline([startup] * 4, shutdown=gap)
         runs[method, True] = epochs_timeline([startup] + [0.0] * 3)
         if persistent_gap_extra:
             runs[method, True] = epochs_timeline([startup] + [persistent_gap_extra] * 3)
     stale = {
         "attribute, fresh": [[0], [1], [2]],
         "attribute, persistent": [list(e) for e in stale_persistent],
-        "fix 1: sampler": [[0], [1], [2]],
-        "fix 2: shared value": [[0], [1], [2]],
+        "fix 1: sampler": [list(e) for e in fix_seen] if fix_seen else [[0], [1], [2]],
+        "fix 2: shared value": [list(e) for e in fix_seen] if fix_seen else [[0], [1], [2]],
     }
     memory = {
         "fork": [ProcessMemory(1, 100, int(100 * fork_uss))] * 2,
@@ -424,6 +430,47 @@ def test_startup_checks_fail_when_preload_or_persistence_do_not_help():
     assert "forkserver with set_forkserver_preload(['torch']): later workers start at fork speed" in failed
     assert "spawn: persistent workers spare every later epoch its workers' start-up" in failed
     assert "spawn: even with persistent workers a later epoch's first batch costs one batch load" in failed
+
+
+def test_startup_checks_fail_when_spawned_workers_start_about_as_fast_as_forked_ones():
+    from helpers.lessons import startup
+
+    # forked workers that took 0.5 s to start: spawn (2.2 s) is 4.4× slower, forkserver (1.7 s) 3.4×
+    assert failing(startup.checks(*startup_case(fork_first=0.5))) == [
+        "spawn workers take far longer to start than fork workers (they import torch themselves)",
+        "forkserver workers take far longer to start than fork workers (they import torch themselves)",
+    ]
+
+
+def test_startup_checks_fail_when_the_forkserver_already_has_torch_without_preload():
+    from helpers.lessons import startup
+
+    # later workers from a plain forkserver start at fork speed (as if torch were preloaded): the claim
+    # that each new set imports torch again fails, and preloading has nothing left to save
+    assert failing(startup.checks(*startup_case(forkserver_later=0.03))) == [
+        "forkserver without preload: every new set of workers imports torch again",
+        "forkserver with set_forkserver_preload(['torch']): later workers start at fork speed",
+    ]
+
+
+def test_startup_checks_fail_when_the_last_next_costs_nothing_without_persistence():
+    from helpers.lessons import startup
+
+    # the epoch's last next() returns at once without persistent workers, as with them
+    assert failing(startup.checks(*startup_case(shutdown=0.0))) == [
+        "fork: without persistence, the epoch's last next() shuts the workers down",
+        "spawn: without persistence, the epoch's last next() shuts the workers down",
+    ]
+
+
+def test_startup_checks_fail_when_the_fixes_do_not_reach_persistent_workers():
+    from helpers.lessons import startup
+
+    # both fixes behave like the plain attribute: persistent workers keep seeing epoch 0
+    assert failing(startup.checks(*startup_case(fix_seen=((0,), (0,), (0,))))) == [
+        "fix 1: sampler reaches persistent workers every epoch",
+        "fix 2: shared value reaches persistent workers every epoch",
+    ]
 
 
 def test_startup_checks_fail_when_state_or_memory_behave_otherwise():
@@ -531,19 +578,140 @@ def test_device_prefetch_checks_fail_when_the_thread_does_not_hide_the_transform
     assert failed == ["in the loop's thread the transform adds to every batch"]
 
 
+def gpu_recording(order, arrivals, copy_s=0.002, step_s=0.004):
+    """A device prefetcher's recording on a GPU, built from the order of its stream operations. Batch k
+    reaches the main process at ``arrivals[k]``; copies run one after another on the side stream;
+    the loop steps on one batch at a time, and a step ends in a sync. ``order="prefetcher"``
+    (DevicePrefetcher): copy k is queued when batch k arrives (and the thread's queue has room), the
+    loop gets batch k once its copy is queued, and step k waits for copy k only.
+    ``order="serialised"``: the loop gets batch k once batch k+1 arrived and its copy was queued, and
+    step k waits for every copy queued so far."""
+    from helpers.lessons.device_prefetch import STEP_ROW
+
+    n = len(arrivals)
+    copies, batches, spans = {}, [], []
+    side_free = previous_end = 0.0
+    for k in range(n):
+        if order == "prefetcher":  # its queue holds 2 batches: copy k waits for the loop to take batch k-3
+            ready = max(arrivals[k], previous_end)
+            queued = {k: max(arrivals[k], batches[k - 3].ready if k >= 3 else 0.0)}
+        else:  # the first next() pulls batches 0 and 1; each later one pulls batch k+1
+            ready = max(arrivals[k: k + 2] + [previous_end])
+            queued = {j: ready for j in ((0, 1) if k == 0 else (k + 1,)) if j < n}
+        for j, at in queued.items():
+            start = max(at, side_free)
+            side_free = start + copy_s
+            copies[j] = (start, side_free)
+        begin = max(ready, copies[k][1] if order == "prefetcher" else side_free)
+        batches.append(helpers.BatchRecord(epoch=0, index=k, worker=k % 4, fetch_start=arrivals[k] - 0.01,
+                                           fetch_end=arrivals[k], wait_start=previous_end, ready=ready,
+                                           step_end=begin + step_s, worker_seq=k // 4, indices=(k,), pid=0))
+        spans.append(helpers.Span(STEP_ROW, "step", begin, begin + step_s, 0, k))
+        previous_end = begin + step_s
+    spans += [helpers.Span("copy stream", "copy", start, end, 0, k)
+              for k, (start, end) in sorted(copies.items())]
+    epoch = helpers.EpochRecord(0, 0.0, 0.0, batches[0].ready, previous_end)
+    return helpers.Timeline(batches, [epoch], {"num_workers": 4}, spans)
+
+
+FAST = [0.001 * k for k in range(12)]  # the loader keeps ahead of a 4 ms step
+BURSTS = [0.05 * (k // 4) + 0.0005 * (k % 4) for k in range(12)]  # 4 workers deliver 4 batches at once
+SLOW = [0.02 * k for k in range(12)]  # one batch every 20 ms: each arrives after the previous step
+
+
+def gpu_case(prefetcher=FAST, serialised=FAST, prefetcher_order="prefetcher"):
+    host, bound, transform_s, _ = host_case()
+    gpu = {"DevicePrefetcher": gpu_recording(prefetcher_order, prefetcher),
+           "former serialised prefetcher": gpu_recording("serialised", serialised)}
+    return host, bound, transform_s, gpu
+
+
+def test_serialised_recordings_never_overlap_copy_and_step():
+    from helpers.lessons import device_prefetch
+
+    for arrivals in (FAST, BURSTS, SLOW):
+        share, count = device_prefetch.copy_overlap(gpu_recording("serialised", arrivals))
+        assert share == 0.0 and count == 11
+    share, count = device_prefetch.copy_overlap(gpu_recording("prefetcher", FAST))
+    assert share > 0.9 and count == 11
+
+
+def test_device_prefetch_gpu_check_passes_when_copies_run_beside_steps():
+    from helpers.lessons import device_prefetch
+
+    for arrivals in (FAST, BURSTS):  # a fast loader, and one that delivers in bursts (data-bound)
+        (gpu,) = device_prefetch.checks(*gpu_case(arrivals, arrivals))[3:]
+        assert gpu.passed, gpu
+
+
+def test_device_prefetch_gpu_check_fails_when_copy_and_step_are_serialised():
+    from helpers.lessons import device_prefetch
+
+    # the prefetcher's own recording shows the serialised order: each step after the next copy
+    for arrivals in (FAST, BURSTS):
+        (gpu,) = device_prefetch.checks(*gpu_case(arrivals, arrivals, prefetcher_order="serialised"))[3:]
+        assert gpu.passed is False and gpu.claim.startswith("on a GPU: DevicePrefetcher copies"), gpu
+
+
+def test_device_prefetch_gpu_check_reports_a_data_bound_run_as_a_premise():
+    from helpers.lessons import device_prefetch
+
+    (gpu,) = device_prefetch.checks(*gpu_case(SLOW, SLOW))[3:]
+    assert gpu.passed is None and "data-bound" in gpu.premise and "0 of 12 copies" in gpu.measured
+
+
+def test_step_timer_puts_the_steps_on_the_recording_clock():
+    from helpers.lessons.device_prefetch import STEP_ROW, StepTimer
+
+    loader = make_loader(helpers.WorkDataset(8, item_shape=(4,)), batch_size=2)
+    timer = StepTimer(helpers.ModelledStep(0.01), "cpu")
+    tl = timer.add_spans(helpers.record(loader, timer, wrap=lambda it: helpers.DevicePrefetcher(it, "cpu")))
+    steps = [s for s in tl.spans if s.row == STEP_ROW]
+    assert [s.batch for s in steps] == [b.index for b in tl.batches]
+    for s, b in zip(steps, tl.batches, strict=True):
+        assert b.ready - 1e-3 <= s.start and s.end <= b.step_end + 1e-3 and s.end - s.start >= 0.009
+
+
+def test_step_timer_reads_cuda_events_on_the_recording_clock(monkeypatch):
+    import time
+
+    import torch
+
+    from helpers.lessons.device_prefetch import STEP_ROW, StepTimer
+
+    class Event:  # a CUDA event that the "device" runs the moment it is recorded
+        def __init__(self, enable_timing=False):
+            self.at = None
+
+        def record(self, stream=None):
+            self.at = time.perf_counter()
+
+        def elapsed_time(self, other):
+            return (other.at - self.at) * 1e3  # ms, as torch.cuda.Event.elapsed_time
+
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    loader = make_loader(helpers.WorkDataset(6, item_shape=(4,)), batch_size=2)
+    timer = StepTimer(helpers.ModelledStep(0.01), "cuda")
+    assert timer.cuda
+    tl = timer.add_spans(helpers.record(loader, timer))
+    steps = [s for s in tl.spans if s.row == STEP_ROW]
+    for s, b in zip(steps, tl.batches, strict=True):
+        assert b.ready - 1e-3 <= s.start and s.end <= b.step_end + 1e-3 and s.end - s.start >= 0.009
+
+
 # -- 08 · batched fetching ---------------------------------------------------------------------------
-def batched_case(remote=38.0, cpu=1.0, subset_queries=4, workers_gain=1.8):
+def batched_case(remote=38.0, cpu=1.0, workers_gain=1.8, local=2.7, batched_rate=1100.0, tutorial=10.6):
     remote_case, cpu_case = "remote: a round trip per query", "per-sample CPU work dominates"
-    speedup = {"local SQLite": 2.7, remote_case: remote, cpu_case: cpu}
+    speedup = {"local SQLite": local, remote_case: remote, cpu_case: cpu}
     predicted = {remote_case: 38.0, cpu_case: 1.0}
-    queries = {"BatchedSqliteDataset": (12, 12), "Subset of it": (subset_queries, 4)}
     rate = {
         "per sample, 0 workers": 30.0,
         "per sample, 2 workers": 30.0 * workers_gain,
-        "__getitems__, 0 workers": 1100.0,
+        "__getitems__, 0 workers": batched_rate,
         "__getitems__, 2 workers": 400.0,
     }
-    return speedup, predicted, queries, rate, 10.6, 10.2
+    return speedup, predicted, rate, tutorial, 10.2
 
 
 def test_batched_checks_pass_when_the_lesson_holds():
@@ -555,15 +723,41 @@ def test_batched_checks_pass_when_the_lesson_holds():
 def test_batched_checks_fail_when_batching_does_not_behave_as_taught():
     from helpers.lessons import batched
 
-    # no gain with round trips; a big gain under per-sample CPU work; a Subset calling per sample
-    failed = failing(batched.checks(*batched_case(remote=3.0, cpu=6.0, subset_queries=256, workers_gain=1.0)))
+    # no gain with round trips; a big gain under per-sample CPU work; workers that do not help
+    failed = failing(batched.checks(*batched_case(remote=3.0, cpu=6.0, workers_gain=1.0)))
     assert failed == [
         "with a round trip per request, one request per batch is over 10× faster",
         "...and the speedup follows the arithmetic of the stated costs (within 2×)",
         "when per-sample CPU work dominates, batching the fetch gains little (under 1.5×)",
         "...as the arithmetic of the stated costs says (within 2×)",
-        "Subset of it: the DataLoader calls __getitems__ once per batch",
         "workers help per-sample requests (each waits for its own round trips)",
+    ]
+
+
+def test_batched_checks_fail_when_a_local_database_gains_nothing():
+    from helpers.lessons import batched
+
+    # one query per batch on the local database no faster than one per sample (1.05×)
+    assert failing(batched.checks(*batched_case(local=1.05))) == [
+        "even on a local database, fewer queries and Python calls pay (at least 1.2×)"
+    ]
+
+
+def test_batched_checks_fail_when_two_workers_per_sample_keep_up_with_one_request_per_batch():
+    from helpers.lessons import batched
+
+    # per sample with 2 workers at 54 batches/s, one request per batch without workers at 80: 1.5×
+    assert failing(batched.checks(*batched_case(batched_rate=80.0))) == [
+        "one request per batch beats them without any worker"
+    ]
+
+
+def test_batched_checks_fail_when_the_tutorial_speedup_is_not_its_sleep_arithmetic():
+    from helpers.lessons import batched
+
+    # a measured 25× where the sleeps alone predict 10.2×: something beyond the sleep count
+    assert failing(batched.checks(*batched_case(tutorial=25.0))) == [
+        "the tutorial's speedup is its sleep arithmetic (within 1.6×)"
     ]
 
 

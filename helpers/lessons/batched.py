@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..analysis import time_per_batch_after_startup
-from ..checks import Check, at_least, at_most, holds, near
+from ..checks import Check, at_least, at_most, near
 from ..timeline import Timeline
 
 
@@ -33,13 +33,15 @@ def workers_reading(rate: dict[str, float], batched_fetch_ms: float) -> str:
 def checks(
     speedup: dict[str, float],
     predicted: dict[str, float],
-    queries: dict[str, tuple[int, int]],
     rate: dict[str, float],
     tutorial_speedup: float,
     sleep_arithmetic: float,
 ) -> list[Check]:
-    """``speedup``/``predicted`` per workload; ``queries``: name -> (queries run, batches fetched);
-    ``rate``: batches/s per configuration of the remote case."""
+    """``speedup``/``predicted`` per workload; ``rate``: batches/s per configuration of the remote case.
+
+    That the DataLoader calls ``__getitems__`` once per batch (and ``Subset`` forwards it) is
+    PyTorch's code (``_MapDatasetFetcher.fetch``, ``Subset.__getitems__``), not a lesson to check:
+    the notebook shows the query counts; the checks test what the saved requests buy."""
     remote, cpu = "remote: a round trip per query", "per-sample CPU work dominates"
     out = [
         at_least(
@@ -75,14 +77,6 @@ def checks(
             unit="×",
         ),
     ]
-    for name, (ran, batches) in queries.items():
-        out.append(
-            holds(
-                f"{name}: the DataLoader calls __getitems__ once per batch",
-                ran == batches,
-                f"{ran} queries for {batches} batches",
-            )
-        )
     out.append(
         at_least(
             "workers help per-sample requests (each waits for its own round trips)",

@@ -1,0 +1,227 @@
+"""Every lesson check can fail, shown: each place in ``helpers/lessons/`` that builds a check has a
+unit test in which it fails (verdict ✗) on a configuration where its lesson is false.
+
+The check sites are found in the source: every call, in a lesson module, of ``Check(...)`` or of a
+function of ``helpers/checks.py`` that returns one (``holds``, ``at_least``, ``near``, ``exceeds``, …),
+except those that can only say "premise failed" (``premise_failed``, ``Check(..., None, ...)``): a
+premise is not a claim. A site whose verdict is the literal True cannot fail: it is never covered
+(build the ✓ and the ✗ from one expression, e.g. ``holds(claim, after > before, ...)``).
+
+The test files that use a lesson's checks run in a pytest subprocess with ``tests/check_recorder.py``,
+which notes, for every check a *passing* test built, the call site in ``helpers/lessons/`` that built
+it and its verdict. A site is covered when at least one of its checks came out ✗; a site in a loop
+(one claim per start method, say) is covered by any of its claims. The subprocess makes the result
+independent of the order the tests run in, and of pytest-xdist (the plugin is loaded by every
+process, each writes its own record file). It takes about 9 s on 2 cores, most of it importing torch
+(the lesson tests themselves: about 1 s).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+LESSONS = ROOT / "helpers" / "lessons"
+
+#: Check sites allowed to have no failing case: ``(file name, source of the claim argument)`` ->
+#: why. Keep it empty: a check whose failure needs hardware this machine lacks (a GPU) is still
+#: tested with simulated or constructed values. An entry that is covered again makes the test fail.
+EXEMPT: dict[tuple[str, str], str] = {}
+
+
+@dataclass(frozen=True)
+class Site:
+    """One call in a lesson module that builds a check."""
+
+    file: str  #: relative to the repository, e.g. "helpers/lessons/startup.py"
+    line: int
+    col: int
+    end_line: int
+    end_col: int
+    constructor: str  #: "at_least", "holds", "Check", …
+    claim: str  #: the source of the claim argument (a string, an f-string or a name)
+    always_passes: bool = False  #: its verdict is the literal True: it cannot fail
+
+    def contains(self, span: list[int | None]) -> bool:
+        line, end_line, col, end_col = span
+        if col is None or end_col is None:  # no column information: lines only
+            return self.line <= line and end_line <= self.end_line
+        return (self.line, self.col) <= (line, col) and (end_line, end_col) <= (self.end_line, self.end_col)
+
+    def size(self) -> tuple[int, int]:
+        return self.end_line - self.line, self.end_col - self.col
+
+    def __str__(self) -> str:
+        claim = self.claim if len(self.claim) <= 110 else self.claim[:107] + "..."
+        return f"{self.file}:{self.line}: {self.constructor}({claim}, ...)" + (
+            " — its verdict is the literal True: it cannot fail" if self.always_passes else "")
+
+
+def constructors() -> tuple[set[str], set[str]]:
+    """The functions of ``helpers/checks.py`` that return a :class:`Check`, with ``Check`` itself:
+    (those that can return a ✗, those that can only return "premise failed")."""
+    tree = ast.parse((ROOT / "helpers" / "checks.py").read_text())
+    can_fail, premise_only = {"Check"}, set()
+    for node in tree.body:
+        returns = getattr(node, "returns", None)
+        if isinstance(node, ast.FunctionDef) and isinstance(returns, ast.Name) and returns.id == "Check":
+            verdicts = [_passed_argument(call, "Check") for call in ast.walk(node)
+                        if _called_name(call) == "Check"]
+            only_none = verdicts and all(isinstance(v, ast.Constant) and v.value is None for v in verdicts)
+            (premise_only if only_none else can_fail).add(node.name)
+    return can_fail, premise_only
+
+
+def _called_name(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Call):
+        if isinstance(node.func, ast.Name):
+            return node.func.id
+        if isinstance(node.func, ast.Attribute):
+            return node.func.attr
+    return None
+
+
+def _passed_argument(call: ast.Call, constructor: str) -> ast.expr | None:
+    """The argument that decides the verdict: ``Check``'s ``passed``, ``holds``'s ``ok``."""
+    position, keyword = {"Check": (2, "passed"), "holds": (1, "ok")}.get(constructor, (None, None))
+    if position is None:
+        return None
+    for kw in call.keywords:
+        if kw.arg == keyword:
+            return kw.value
+    return call.args[position] if len(call.args) > position else None
+
+
+def _claim_argument(call: ast.Call) -> str:
+    for kw in call.keywords:
+        if kw.arg == "claim":
+            return ast.unparse(kw.value)
+    return ast.unparse(call.args[0]) if call.args else "?"
+
+
+def check_sites(source: str, file: str) -> list[Site]:
+    """The calls in one lesson module (its source, its path) that build a check that can fail."""
+    can_fail, _ = constructors()
+    tree = ast.parse(source)
+    names: dict[str, str] = {}  # local name -> constructor, from `from ..checks import x as y`
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[-1] == "checks":
+            names.update({alias.asname or alias.name: alias.name for alias in node.names})
+    sites = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        if isinstance(node.func, ast.Name):
+            constructor = names.get(node.func.id)
+        elif isinstance(node.func, ast.Attribute) and ast.unparse(node.func.value).split(".")[-1] == "checks":
+            constructor = node.func.attr  # checks.at_least(...), helpers.checks.at_least(...)
+        else:
+            constructor = None
+        if constructor not in can_fail:  # not a check (timing_noise_s, …), or only a premise
+            continue
+        passed = _passed_argument(node, constructor)
+        if isinstance(passed, ast.Constant) and passed.value is None:
+            continue  # Check(claim, measured, None, premise): a premise, not a claim
+        sites.append(Site(file, node.lineno, node.col_offset, node.end_lineno,
+                          node.end_col_offset, constructor, _claim_argument(node),
+                          isinstance(passed, ast.Constant) and passed.value is True))
+    return sites
+
+
+def all_check_sites() -> list[Site]:
+    """Every check site of every lesson module, by file and line."""
+    return sorted((site for path in LESSONS.glob("*.py")
+                   for site in check_sites(path.read_text(), path.relative_to(ROOT).as_posix())),
+                  key=lambda s: (s.file, s.line, s.col))
+
+
+def _uses_lesson_checks(node: ast.AST) -> bool:
+    if isinstance(node, ast.ImportFrom):  # from helpers.lessons import startup
+        return (node.module or "").startswith("helpers.lessons")
+    if isinstance(node, ast.Import):  # import helpers.lessons.startup
+        return any(alias.name.startswith("helpers.lessons") for alias in node.names)
+    if isinstance(node, ast.Attribute) and node.attr == "checks":  # helpers.lessons.startup.checks(...)
+        return ast.unparse(node.value).startswith("helpers.lessons.")
+    return False
+
+
+def lesson_test_files() -> list[Path]:
+    """The test files that import a lesson module or call a lesson's ``checks`` (a test that only uses
+    another helper of a lesson module, as ``test_timeline.py`` does, builds no check)."""
+    return [path for path in sorted((ROOT / "tests").glob("test_*.py"))
+            if path.name != Path(__file__).name
+            and any(_uses_lesson_checks(node) for node in ast.walk(ast.parse(path.read_text())))]
+
+
+def run_lesson_tests(folder: Path) -> tuple[list[dict], str]:
+    """Runs the lesson tests with the recorder: its records (one per check a passing test built), and
+    pytest's summary line ("81 passed in 0.9s")."""
+    env = {key: value for key, value in os.environ.items() if key != "PYTEST_ADDOPTS"}  # e.g. a -k of ours
+    env.update(DLLAB_CHECK_RECORD_DIR=str(folder),
+               # PYTEST_PLUGINS: loaded by every process of the run, pytest-xdist's workers too
+               PYTEST_PLUGINS="check_recorder",
+               PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *map(str, lesson_test_files())]
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    # 0: all passed; 1: some failed (their records are left out, so their sites show as uncovered)
+    assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr[-3000:]
+    records = []
+    for path in sorted(folder.glob("records-*.jsonl")):
+        records += [json.loads(line) for line in path.read_text().splitlines()]
+    lines = done.stdout.strip().splitlines()
+    return records, lines[-1].strip("= ") if lines else "no output"
+
+
+def site_of(record: dict, sites: list[Site]) -> Site | None:
+    """The innermost site whose call contains the instruction that built the check."""
+    containing = [s for s in sites if s.file == record["file"] and s.contains(record["span"])]
+    return min(containing, key=Site.size, default=None)
+
+
+def test_the_site_finder_knows_the_constructors():
+    can_fail, premise_only = constructors()
+    assert {"Check", "holds", "at_least", "at_most", "near", "exceeds", "clearly_above"} <= can_fail
+    assert premise_only == {"premise_failed"}
+    source = ("from ..checks import Check, holds as h, premise_failed\n"
+              "a = [h('x', n > 1, ''), Check('y', '', True), premise_failed('z', '', 'no GPU'),\n"
+              "     Check('w', '', None, 'no GPU')]\n")
+    sites = check_sites(source, "helpers/lessons/example.py")
+    assert [(s.constructor, s.claim, s.always_passes) for s in sites] == [
+        ("holds", "'x'", False), ("Check", "'y'", True)]
+
+
+def test_every_lesson_check_has_a_failing_case(tmp_path):
+    sites = all_check_sites()
+    assert len(sites) > 100, "the site finder found too few checks"
+    records, outcome = run_lesson_tests(tmp_path)
+    assert records, f"the recorder saw no check: did the lesson tests run? ({outcome})"
+    failed = [r for r in records if r["passed"] is False]
+    unplaced = [r for r in failed if site_of(r, sites) is None]
+    if unplaced:
+        pytest.fail("checks built where the site finder does not look (a constructor it does not know?):\n"
+                    + "\n".join(f"- {r['file']}:{r['span'][0]}: {r['claim']}" for r in unplaced),
+                    pytrace=False)
+    covered = {site_of(r, sites) for r in failed}
+    claims: dict[Site, set[str]] = {}
+    for r in records:  # the claims each site was seen to make, to name them in the message
+        site = site_of(r, sites)
+        if site is not None:
+            claims.setdefault(site, set()).add(r["claim"])
+    uncovered = [s for s in sites if s not in covered and (Path(s.file).name, s.claim) not in EXEMPT]
+    if uncovered:
+        pytest.fail(
+            f"{len(uncovered)} of {len(sites)} lesson checks never fail in a passing unit test "
+            f"(add a configuration where the lesson is false; the lesson tests: {outcome}):\n"
+            + "\n".join(f"- {s}" + "".join(f"\n    claim: {c}" for c in sorted(claims.get(s, ())))
+                        for s in uncovered), pytrace=False)
+    stale = [key for key in EXEMPT if not any((Path(s.file).name, s.claim) == key for s in sites)
+             or any((Path(s.file).name, s.claim) == key for s in covered)]
+    assert not stale, f"exempt, yet covered now or gone (remove from EXEMPT): {stale}"
