@@ -576,20 +576,22 @@ def test_batched_workers_reading_covers_each_outcome():
 
 
 # -- 09 · in_order and stragglers ----------------------------------------------------------------------
-def straggler_runs(out_of_order_loads=None, shuffle_out_of_order=True):
-    """An in-order run with head-of-line blocking, and an "out of order" run built from it."""
-    n, y = 0.02, 0.01
-    loads = [n * (10 if i % 20 == 0 and i else 1) for i in range(60)]
-    fifo = helpers.as_timeline(helpers.simulate(60, loads, y, 4), num_workers=4)
-    free = helpers.as_timeline(helpers.simulate(60, out_of_order_loads or [n] * 60, y, 4), num_workers=4)
-    if shuffle_out_of_order:  # out of order: sample 20 and 40 arrive later, and worker shares are uneven
-        order = [i for i in range(60) if i not in (20, 40)]
-        order.insert(23, 20)
-        order.append(40)
-        free.batches[:] = [
-            type(b)(**{**b.__dict__, "indices": (order[k],), "worker": 3 if k % 5 == 0 else b.worker})
-            for k, b in enumerate(free.batches)
-        ]
+def straggler_loads(every=21, items=60, n=0.02):
+    """Notebook 09's workload in small: 1 item in ``every`` 10× slower (``every=21`` spreads the
+    stragglers over 4 workers in rotation; 0 = none)."""
+    return [n * (10 if every and i % every == 0 else 1) for i in range(items)]
+
+
+def straggler_runs(loads=None, out_of_order_loads=None, y=0.01):
+    """The model's in-order run and its out-of-order run (``theory.simulate_out_of_order``)."""
+    from helpers import theory
+
+    loads = loads or straggler_loads()
+    free_loads = out_of_order_loads or loads
+    fifo = helpers.as_timeline(helpers.simulate(len(loads), loads, y, 4), num_workers=4)
+    free = helpers.as_timeline(
+        theory.simulate_out_of_order(len(free_loads), free_loads, y, 4), num_workers=4
+    )
     return {True: fifo, False: free}
 
 
@@ -605,16 +607,86 @@ def test_in_order_checks_fail_when_out_of_order_changes_nothing():
 
     # "out of order" behaving exactly like in order: same stalls, same order, same shares
     runs = straggler_runs()
-    runs[False] = straggler_runs()[True]
+    runs[False] = runs[True]
     failed = failing(in_order.checks(runs, 0.01))
     assert failed == [
         "out of order, the loop waits less in total",
         "out of order, the longest wait is under half the in-order one",
         "the p99 step interval is at least 2× shorter out of order",
-        "out of order, the same samples arrive, each once, in another order",
-        "out of order, new tasks go to workers with free slots: the workers' shares become uneven",
-        "out of order, a naive resume by batch count would repeat (and skip) samples",
+        "out of order, a worker stuck on a straggler gets fewer tasks: the workers that built the most slow "
+        "batches built fewer batches in all",
+        "out of order, batches arrive in another order than the sampler's, set by timing",
     ]
+
+
+def test_in_order_checks_fail_without_stragglers():
+    from helpers.lessons import in_order
+
+    # No slow sample: in order the loop never waits on one (and nothing can be compared)
+    checks = in_order.checks(straggler_runs(loads=straggler_loads(every=0)), 0.01)
+    assert "in order, the loop waits on a straggler while later batches are already built" in failing(checks)
+    shares = next(c for c in checks if c.claim.startswith("out of order, a worker stuck"))
+    assert shares.passed is None and "as many slow batches" in shares.premise
+
+
+def test_in_order_checks_fail_when_out_of_order_changes_the_typical_step():
+    from helpers.lessons import in_order
+
+    # Out of order on workers slower than the loop (0.08–0.14 s a batch, 4 workers, 0.01 s step):
+    # the typical interval is their pace, not the step's
+    slower = [0.08 + 0.01 * (i % 7) for i in range(60)]
+    failed = failing(in_order.checks(straggler_runs(out_of_order_loads=slower), 0.01))
+    assert "the median interval is about the same (the tail moves, not the typical step)" in failed
+
+
+def test_out_of_order_model_gives_a_stuck_worker_fewer_tasks():
+    from helpers import theory
+    from helpers.lessons import in_order
+
+    loads = straggler_loads(every=21, items=80, n=0.1)
+    free = helpers.as_timeline(theory.simulate_out_of_order(80, loads, 0.05, 4), num_workers=4)
+    assert sorted(in_order.arrival_order(free)) == list(range(80))
+    counts, slow = in_order.batches_per_worker(free), in_order.slow_batches_per_worker(free)
+    assert counts[max(slow, key=slow.get)] < counts[min(slow, key=slow.get)]
+    fifo = helpers.as_timeline(helpers.simulate(80, loads, 0.05, 4), num_workers=4)
+    assert in_order.batches_per_worker(fifo) == {0: 20, 1: 20, 2: 20, 3: 20}
+
+
+def test_notebook_09_spreads_its_stragglers_and_a_deeper_queue_hides_them():
+    # Notebook 09's workload at full size (1 in 21 slow, 4 workers in rotation): every worker's own
+    # load is below the loop's steps, so the waiting is the stragglers' doing; a deeper queue starts
+    # each slow sample earlier: the numbers of exercise 2's solution.
+    from helpers.lessons import in_order
+
+    spread = helpers.WorkDataset(80, item_wait_s=0.1, slow_every=21, slow_factor=10.0)
+    assert max(in_order.round_robin_load_s(spread, 4)) == pytest.approx(2.9)  # < 80 steps of 0.05 s
+    waiting = [in_order.model_waiting_s(spread, 4, 0.05, pf) for pf in (1, 2, 5)]
+    assert waiting == pytest.approx([2.4, 1.8, 0.0], abs=1e-9)
+    # With 1 in 20, round robin gives worker 0 every straggler: 5.6 s of load against 4 s of steps,
+    # and the loop still waits at depth 20
+    clumped = helpers.WorkDataset(80, item_wait_s=0.1, slow_every=20, slow_factor=10.0)
+    assert in_order.round_robin_load_s(clumped, 4)[0] == pytest.approx(5.6)
+    assert in_order.model_waiting_s(clumped, 4, 0.05, 5) == pytest.approx(1.2)
+    # in smoke sizes too (60 items), 1 in 21 keeps every worker below the loop's steps
+    small = helpers.WorkDataset(60, item_wait_s=0.02, slow_every=21, slow_factor=10.0)
+    assert max(in_order.round_robin_load_s(small, 4)) < 60 * 0.01
+
+
+def test_09_quotes_the_installed_stateful_dataloader_warning():
+    import inspect
+    import json
+    from pathlib import Path
+
+    from torchdata.stateful_dataloader import stateful_dataloader
+
+    source = " ".join(inspect.getsource(stateful_dataloader).split())
+    notebook = Path(__file__).resolve().parent.parent / "notebooks" / "09_in_order_and_stragglers.ipynb"
+    text = "".join("".join(c["source"]) for c in json.loads(notebook.read_text())["cells"])
+    quoted = text.split("StatefulDataLoader")[1:]
+    warning = ("using in_order=False with multiple workers does not give any guarantees for state management "
+               "and loading from a checkpoint may not work as expected.")
+    assert warning in source.replace('" "', "")
+    assert any(warning in " ".join(part.split()) for part in quoted) and "15_resume.ipynb" in text
 
 
 def test_resume_by_count_counts_repeats_and_skips():
