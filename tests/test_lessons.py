@@ -796,7 +796,11 @@ def shm_case(
     room_code=0,
     left=None,
     strategy_peak=3 * 2**20,
+    clone_code=0,
+    room_peak=84 * 2**20,
 ):
+    """Notebook 10's measurements: the shm-exhaustion demo fails in a 72 MiB /dev/shm, and the same
+    loader holds ``room_peak`` in a 112 MiB one (its budget: 96 MiB)."""
     strategies = {
         s: demo(peak_extra_bytes=strategy_peak, batch_bytes=2**20) for s in ("file_descriptor", "file_system")
     }
@@ -807,9 +811,9 @@ def shm_case(
         10 * 2**20,
         strategies,
         demo(1, error=fd_error),
-        demo(0, batches_kept=600),
-        demo(fail_code, output="No space left on device (28)"),
-        demo(room_code, batches=4),
+        demo(clone_code, batches_kept=600 if clone_code == 0 else None),
+        demo(fail_code, output="No space left on device (28)", shm_total_bytes=72 * 2**20),
+        demo(room_code, batches=10, peak_extra_bytes=room_peak, shm_total_bytes=112 * 2**20),
         left or {"segments": [], "children": []},
     )
 
@@ -838,9 +842,32 @@ def test_shared_memory_checks_fail_when_memory_or_failures_behave_otherwise():
         "a run's /dev/shm use stays within num_workers × prefetch_factor + 2 batches",
         "both sharing strategies allocate in /dev/shm",
         "keeping shared batches under a low fd limit fails with PyTorch's real message",
-        "the same loader fails in a /dev/shm smaller than its budget...",
+        "the same loader fails in a /dev/shm smaller than the batches it holds at once...",
         "nothing is left behind: no new torch_* segment, no child process",
     ]
+
+
+def test_shared_memory_checks_fail_when_batches_skip_dev_shm_clones_fail_or_room_does_not_help():
+    from helpers.lessons import shared_memory
+
+    # Batches that never reach /dev/shm (1 MiB seen of a 2 MiB batch), keeping clones that fails
+    # too, and a loader that fails in the larger /dev/shm as well
+    failed = failing(shared_memory.checks(*shm_case(peak=2**20, clone_code=1, room_code=1)))
+    assert failed == [
+        "batches cross from workers through /dev/shm (at least one batch's worth in use)",
+        "keeping clones instead runs to the end",
+        "...and runs in one larger than its budget",
+    ]
+
+
+def test_shared_memory_exhaustion_needs_a_loader_that_holds_more_than_the_small_dev_shm():
+    from helpers.lessons import shared_memory
+
+    # The old demo: 4 batches of 16 MiB, 64 MiB in all, could never need more than a 72 MiB /dev/shm;
+    # a pass there would say nothing about the budget: the claim is untested, with the reason.
+    checks = shared_memory.checks(*shm_case(room_peak=50 * 2**20))
+    exhaustion = next(c for c in checks if c.claim.startswith("the same loader fails"))
+    assert exhaustion.passed is None and "never held more than the small /dev/shm" in exhaustion.premise
 
 
 def test_shared_memory_checks_without_dev_shm_say_so():
