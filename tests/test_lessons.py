@@ -699,8 +699,8 @@ def test_in_order_checks_fail_when_out_of_order_changes_nothing():
         "out of order, the loop waits less in total",
         "out of order, the longest wait is under half the in-order one",
         "the p99 step interval is at least 2× shorter out of order",
-        "out of order, a worker stuck on a straggler gets fewer tasks: the workers that built the most slow "
-        "batches built fewer batches in all",
+        "out of order, the other workers take over a stuck worker's tasks: more batches start beside a "
+        "straggler than in order",
         "out of order, batches arrive in another order than the sampler's, set by timing",
     ]
 
@@ -711,8 +711,8 @@ def test_in_order_checks_fail_without_stragglers():
     # No slow sample: in order the loop never waits on one (and nothing can be compared)
     checks = in_order.checks(straggler_runs(loads=straggler_loads(every=0)), 0.01)
     assert "in order, the loop waits on a straggler while later batches are already built" in failing(checks)
-    shares = next(c for c in checks if c.claim.startswith("out of order, a worker stuck"))
-    assert shares.passed is None and "as many slow batches" in shares.premise
+    takeover = next(c for c in checks if c.claim.startswith("out of order, the other workers take over"))
+    assert takeover.passed is None and "without a straggler" in takeover.premise
 
 
 def test_in_order_checks_fail_when_out_of_order_changes_the_typical_step():
@@ -725,17 +725,22 @@ def test_in_order_checks_fail_when_out_of_order_changes_the_typical_step():
     assert "the median interval is about the same (the tail moves, not the typical step)" in failed
 
 
-def test_out_of_order_model_gives_a_stuck_worker_fewer_tasks():
+def test_out_of_order_model_gives_a_stuck_workers_tasks_to_the_others():
     from helpers import theory
     from helpers.lessons import in_order
 
+    # Notebook 09 at full size, in the model. In order the other workers start only their own
+    # prefetch slots' worth beside a straggler (3 × 2 = 6), then the loop waits and sends nothing;
+    # out of order they keep getting tasks. Measured on this machine: 6 each in order, 15-22 out
+    # of order, in both sizes.
     loads = straggler_loads(every=21, items=80, n=0.1)
     free = helpers.as_timeline(theory.simulate_out_of_order(80, loads, 0.05, 4), num_workers=4)
-    assert sorted(in_order.arrival_order(free)) == list(range(80))
-    counts, slow = in_order.batches_per_worker(free), in_order.slow_batches_per_worker(free)
-    assert counts[max(slow, key=slow.get)] < counts[min(slow, key=slow.get)]
     fifo = helpers.as_timeline(helpers.simulate(80, loads, 0.05, 4), num_workers=4)
+    assert sorted(in_order.arrival_order(free)) == list(range(80))
+    assert in_order.started_beside_stragglers(fifo) == [6, 6, 6, 6]
+    assert min(in_order.started_beside_stragglers(free)) >= 15
     assert in_order.batches_per_worker(fifo) == {0: 20, 1: 20, 2: 20, 3: 20}
+    assert in_order.batches_per_worker(free) != in_order.batches_per_worker(fifo)
 
 
 def test_notebook_09_spreads_its_stragglers_and_a_deeper_queue_hides_them():
