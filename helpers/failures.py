@@ -10,8 +10,10 @@ failures are real and the notebook's kernel survives:
 
 * ``fd``: a lowered ``RLIMIT_NOFILE`` and a loop that keeps every batch alive: each
   held batch keeps a descriptor open, until "Too many open files" (PyTorch #11201).
-* ``shm``: batches bigger than ``/dev/shm`` allows; :func:`run_demo` gives the child
-  a private small tmpfs on ``/dev/shm`` (``unshare -rm``) so only it runs out.
+* ``shm``: a loader whose batches in flight need more than ``/dev/shm`` allows (``--step-s``:
+  the loop holds each batch that long, so the workers run ahead and fill their slots);
+  :func:`run_demo` gives the child a private small tmpfs on ``/dev/shm`` (``unshare -rm``)
+  so only it runs out.
 * ``usage``: peak ``/dev/shm`` use of a run under a given sharing strategy.
 
 Each prints one ``RESULT {json}`` line; :func:`run_demo` parses it with the child's
@@ -199,14 +201,25 @@ def _demo_shm(options: argparse.Namespace) -> dict[str, Any]:
         torch.multiprocessing.set_sharing_strategy(options.strategy)
     count = 0
     with ShmMonitor() as monitor:
-        for _ in _loader(options.items, options.item_floats, options.batch_size, options.workers,
-                         options.prefetch):
+        for _batch in _loader(options.items, options.item_floats, options.batch_size, options.workers,
+                              options.prefetch):
+            # A step that holds the batch while the workers run ahead and fill their prefetch slots:
+            # then the loader holds num_workers × prefetch_factor batches and the loop's own.
+            time.sleep(options.step_s)
             count += 1
-    shm_total = os.statvfs(SHM).f_blocks * os.statvfs(SHM).f_frsize if SHM.is_dir() else None
-    return {"batches": count, "peak_extra_bytes": monitor.peak_extra_bytes, "shm_total_bytes": shm_total,
+    return {"batches": count, "peak_extra_bytes": monitor.peak_extra_bytes,
+            "shm_total_bytes": _shm_total_bytes(),
             "strategy": torch.multiprocessing.get_sharing_strategy(),
             "batch_bytes": options.item_floats * 4 * options.batch_size,
             "left_segments": torch_segments()}
+
+
+def _shm_total_bytes() -> int | None:
+    """The size of this process's ``/dev/shm`` (the private one inside the sandbox)."""
+    if not SHM.is_dir():
+        return None
+    stat = os.statvfs(SHM)
+    return stat.f_blocks * stat.f_frsize
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -223,11 +236,12 @@ def main(argv: list[str] | None = None) -> int:
     shm.add_argument("--workers", type=int, default=2)
     shm.add_argument("--prefetch", type=int, default=2)
     shm.add_argument("--strategy", choices=["file_descriptor", "file_system"], default=None)
+    shm.add_argument("--step-s", type=float, default=0.0, help="seconds the loop holds each batch")
     options = parser.parse_args(argv)
     try:
         result = _demo_fd(options) if options.demo == "fd" else _demo_shm(options)
     except Exception as error:  # the real error, reported to the parent
-        result = {"error": f"{type(error).__name__}: {error}"}
+        result = {"error": f"{type(error).__name__}: {error}", "shm_total_bytes": _shm_total_bytes()}
         print("RESULT " + json.dumps(result), flush=True)
         return 1
     print("RESULT " + json.dumps(result), flush=True)

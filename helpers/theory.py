@@ -6,11 +6,14 @@ definition of each quantity used everywhere in the lab:
 * ``batch_load_s`` (n): building one batch in a worker (dataset access + ``collate_fn``);
 * ``step_s`` (y): the training step;
 * ``main_s`` (m): what the main process does per batch **on the loop's path**, besides
-  the step: receiving the batch from shared memory, a per-batch transform, a copy the
-  loop makes. It runs in the thread that calls the DataLoader's ``next()`` — the loop's,
-  between steps — so it cannot overlap them. (With ``pin_memory=True`` the pin thread
-  receives the batches, and a prefetch thread that iterates the loader does too: then
-  that work leaves the loop's path, as far as the GIL allows.);
+  the step and the wait: the part of ``next()`` the loop's own thread spends on a batch once
+  the batch is its to take — unpickling it from shared memory when the loop's thread receives
+  it, the DataLoader's bookkeeping, taking it from a thread's queue — plus any per-batch
+  work the loop adds (a transform, a copy). It cannot overlap the step. Where another thread
+  receives the batches, the unpickling is that thread's, not the loop's: the pin thread
+  (``pin_memory=True`` where there is an accelerator — ``_pin_memory_loop`` calls
+  ``in_queue.get()``, which unpickles) or a prefetch thread that iterates the loader.
+  :func:`measured_main_s` measures m this one way for every notebook;
 * ``num_workers`` (x).
 
 Synchronous loop (x = 0): every batch costs ``n + m + y``: nothing overlaps. With x
@@ -26,7 +29,9 @@ cycle, it does not slow the workers, so the lab puts it on the loop's side.
 
 from __future__ import annotations
 
+import itertools
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -141,6 +146,68 @@ def simulate(
     return plan
 
 
+def simulate_out_of_order(
+    num_batches: int,
+    batch_load_s: float | Sequence[float],
+    step_s: float,
+    num_workers: int,
+    *,
+    prefetch_factor: int | None = 2,
+    startup_s: float = 0.0,
+    main_s: float = 0.0,
+) -> list[PlannedBatch]:
+    """The schedule of ``DataLoader(..., in_order=False)`` under the same model as
+    :func:`simulate`, in the order the loop takes the batches (``index``: the sampler's batch).
+
+    As in ``_try_put_index``: a new task goes to the next worker in rotation that holds fewer
+    than ``prefetch_factor`` tasks not yet taken by the loop (in order, the rotation ignores
+    that count); a worker builds its tasks one after another; the loop takes whichever batch
+    is done first, and only then is the next task sent. So a worker stuck on a slow batch is
+    skipped while its slots are full, and the others get its share.
+    """
+    loads = list(batch_load_s) if isinstance(batch_load_s, Sequence) else [batch_load_s] * num_batches
+    if len(loads) != num_batches:
+        raise ValueError(f"got {len(loads)} batch loads for {num_batches} batches")
+    if num_workers < 1:
+        raise ValueError(f"in_order=False needs workers, got num_workers={num_workers}")
+    _check(num_batches=num_batches, step_s=step_s, startup_s=startup_s, main_s=main_s,
+           **{f"batch_load_s[{i}]": v for i, v in enumerate(loads)})
+    slots = prefetch_factor if prefetch_factor is not None else 2
+    held = [0] * num_workers  # tasks a worker holds that the loop has not taken
+    busy_until = [startup_s] * num_workers
+    rotation = itertools.cycle(range(num_workers))
+    pending: dict[int, tuple[int, float, float]] = {}  # batch -> (worker, start, end)
+    sent = 0
+
+    def send(now: float) -> None:
+        nonlocal sent
+        if sent == num_batches:
+            return
+        for _ in range(num_workers):
+            worker = next(rotation)
+            if held[worker] < slots:
+                start = max(now, busy_until[worker])
+                busy_until[worker] = start + loads[sent]
+                held[worker] += 1
+                pending[sent] = (worker, start, busy_until[worker])
+                sent += 1
+                return
+
+    for _ in range(slots * num_workers):
+        send(startup_s)
+    plan: list[PlannedBatch] = []
+    previous_end = 0.0
+    while pending:
+        index = min(pending, key=lambda i: (pending[i][2], i))  # the first one done
+        worker, start, fetched = pending.pop(index)
+        ready = max(fetched, previous_end) + main_s
+        held[worker] -= 1
+        send(ready)
+        previous_end = ready + step_s
+        plan.append(PlannedBatch(index, worker, start, fetched, ready, previous_end))
+    return plan
+
+
 def simulated_intervals(plan: list[PlannedBatch]) -> list[float]:
     """Time between consecutive loop iterations in a :func:`simulate` schedule."""
     out, previous = [], 0.0
@@ -152,7 +219,8 @@ def simulated_intervals(plan: list[PlannedBatch]) -> list[float]:
 
 def as_timeline(plan: list[PlannedBatch], *, num_workers: int | None = None):
     """A :class:`helpers.Timeline` of a simulated schedule: the model drawn and analysed with
-    the same tools as a measurement (and the unit tests' stand-in for one)."""
+    the same tools as a measurement (and the unit tests' stand-in for one). The plan's order is
+    the loop's: each batch's ``index`` is its place in it, its ``indices`` the sampler's batch."""
     from .timeline import BatchRecord, EpochRecord, Timeline
 
     if not plan:
@@ -161,8 +229,8 @@ def as_timeline(plan: list[PlannedBatch], *, num_workers: int | None = None):
     previous = 0.0
     batches = []
     seq: dict[int, int] = {}
-    for b in plan:
-        batches.append(BatchRecord(epoch=0, index=b.index, worker=b.worker, fetch_start=b.fetch_start,
+    for position, b in enumerate(plan):
+        batches.append(BatchRecord(epoch=0, index=position, worker=b.worker, fetch_start=b.fetch_start,
                                    fetch_end=b.fetch_end, wait_start=previous, ready=b.ready,
                                    step_end=b.step_end, worker_seq=seq.get(b.worker, 0),
                                    indices=(b.index,), pid=0))
@@ -174,3 +242,43 @@ def as_timeline(plan: list[PlannedBatch], *, num_workers: int | None = None):
                         end=plan[-1].step_end, worker_ready=first_fetch)
     return Timeline(batches=batches, epochs=[epoch],
                     config={"num_workers": x, "describe": f"model: num_workers={x}"})
+
+
+def measured_main_s(tl) -> float:
+    """m as the lab measures it, in every notebook (seconds per batch): the median over a
+    recording's batches of the time the loop's thread spent in ``next()`` on a batch once it
+    was the loop's to take — ``ready`` minus the later of ``wait_start`` and that moment.
+
+    The moment is: ``fetch_end`` when the main process fetched the batch itself (0 workers);
+    ``received_start`` when the loop's thread unpickles it (workers, no pin thread); ``pin_end``
+    when the pin thread unpickled and pinned it (``pin_memory=True`` with an accelerator); and
+    behind a prefetch thread (``record(wrap=...)``), the end of that thread's timed work on it,
+    or when the prefetch thread had received it where its work is timed on the GPU. A transform
+    the loop's own thread runs (``BatchTransform``) stays in m. A batch received while the
+    loop waited for an earlier one (in order) costs the loop only its bookkeeping here: its
+    unpickling happened during that wait.
+    """
+    from .hooks import MAIN_PROCESS
+
+    host_spans = {(s.epoch, s.batch): s.end for s in tl.spans
+                  if "loop thread" not in s.row and s.row != "copy stream"}
+    threaded = {(s.epoch, s.batch) for s in tl.spans if "loop thread" not in s.row}
+    shares = []
+    for b in tl.batches:
+        key = (b.epoch, b.index)
+        if b.worker == MAIN_PROCESS:
+            available = b.fetch_end
+        elif b.pin_end is not None:
+            available = b.pin_end
+        elif key in host_spans:
+            available = host_spans[key]
+        elif key in threaded and b.received_end is not None:
+            available = b.received_end
+        elif b.received_start is not None:
+            available = b.received_start
+        else:
+            available = b.wait_start
+        shares.append(max(b.ready - max(b.wait_start, available), 0.0))
+    if not shares:
+        raise ValueError("a recording with no batches has no m")
+    return statistics.median(shares)

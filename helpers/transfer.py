@@ -196,3 +196,60 @@ def pinned_budget_bytes(batch: Any, num_workers: int, prefetch_factor: int) -> i
     keeps freed blocks for reuse, so the process keeps this much pinned after the peak."""
     per_batch = sum(pinned_block_bytes(t.element_size() * t.nelement()) for t in tensors_in(batch))
     return (num_workers * prefetch_factor + 2) * per_batch
+
+
+class _CudaHostAllocator:
+    """PyTorch's caching host (pinned) allocator, through its public functions."""
+
+    def stats(self) -> dict[str, Any]:
+        return dict(torch.cuda.host_memory_stats())
+
+    def reset_peak(self) -> None:
+        torch.cuda.reset_peak_host_memory_stats()
+
+    def empty_cache(self) -> None:
+        torch.accelerator.empty_host_cache()
+
+
+class PinnedMemoryTaken:
+    """The pinned memory PyTorch's caching host allocator takes for a block of code, in bytes::
+
+        with PinnedMemoryTaken() as taken:
+            helpers.record(DataLoader(..., pin_memory=True), step, device="cuda")
+        taken.peak_bytes, taken.blocks
+
+    Why not just reset the peak and read it: ``torch.cuda.host_memory_stats()``'s
+    ``allocated_bytes`` counts every pinned block the allocator owns — handed out *and*
+    cached for reuse — and ``reset_peak_host_memory_stats()`` sets the peak to the current
+    value (``Stat::reset_peak``: ``peak = current``). Blocks cached by earlier work (a bandwidth
+    sweep leaves hundreds of MiB) would sit in the "peak" of the run. So entering first empties
+    the cache (``torch.accelerator.empty_host_cache()``: cached blocks go back to CUDA, blocks
+    in use stay), notes what the allocator still owns, and resets the peak; ``peak_bytes`` is the
+    peak's growth over that: the blocks the code held at once (a freed block stays cached and
+    counted, and a later request of its size reuses it). ``blocks`` counts the blocks it created
+    (``num_host_alloc``). A block in use before entering and freed inside could be reused
+    unseen: enter with no pinned tensor of the code's sizes alive.
+
+    ``allocator``: anything with ``stats()``, ``reset_peak()`` and ``empty_cache()`` working
+    like PyTorch's (the unit tests pass a model of it); default: the CUDA one (needs CUDA).
+    """
+
+    def __init__(self, allocator: Any = None):
+        self.allocator = allocator if allocator is not None else _CudaHostAllocator()
+        self.peak_bytes: int | None = None
+        self.blocks: int | None = None
+        self._before_bytes = 0
+        self._before_blocks = 0
+
+    def __enter__(self) -> PinnedMemoryTaken:
+        self.allocator.empty_cache()
+        stats = self.allocator.stats()
+        self._before_bytes = int(stats.get("allocated_bytes.current", 0))
+        self._before_blocks = int(stats.get("num_host_alloc", 0))
+        self.allocator.reset_peak()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        stats = self.allocator.stats()
+        self.peak_bytes = int(stats.get("allocated_bytes.peak", 0)) - self._before_bytes
+        self.blocks = int(stats.get("num_host_alloc", 0)) - self._before_blocks

@@ -36,3 +36,16 @@ def test_shm_demo_exhausts_a_private_dev_shm_only():
     assert failed.returncode != 0 and "No space left" in failed.error
     fine = helpers.run_demo("shm", "--item-floats", str(1 << 16), "--batch-size", "1", shm_mb=8)
     assert fine.returncode == 0 and fine.result["shm_total_bytes"] == 8 * 2**20
+
+
+@pytest.mark.skipif(not helpers.shm_sandbox_available(), reason="no private /dev/shm (user namespaces)")
+def test_shm_demo_with_a_step_holds_the_batches_in_flight_and_their_size_decides():
+    # 1 MiB batches, 2 workers × prefetch 2: while the loop steps, the workers fill their 4 slots,
+    # so the loader holds 5 batches (6 while next() returns): a 4 MiB /dev/shm is too small, 8 MiB is not.
+    demo = ("shm", "--items", "40", "--item-floats", str(1 << 16), "--batch-size", "4", "--step-s", "0.1")
+    room = helpers.run_demo(*demo, shm_mb=8)
+    assert room.returncode == 0 and room.result["batches"] == 10
+    assert room.result["peak_extra_bytes"] >= 5 * 2**20
+    small = helpers.run_demo(*demo, shm_mb=4)
+    assert small.returncode != 0 and "No space left" in small.error
+    assert small.result["shm_total_bytes"] == 4 * 2**20

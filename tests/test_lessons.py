@@ -506,6 +506,92 @@ def test_pinned_checks_on_a_cpu_test_the_warning_and_report_gpu_claims_untested(
     ]
 
 
+class HostAllocatorModel:
+    """PyTorch's caching host allocator as its source keeps the books (CachingHostAllocator.h):
+    a request is rounded up to a power of two and served from a cached free block of that size,
+    or by a new block; ``allocated_bytes`` counts every block it owns, handed out or cached; a
+    freed block stays cached; ``reset_peak`` sets peak = current; ``empty_cache`` returns the
+    cached blocks to CUDA."""
+
+    def __init__(self):
+        self.current = self.peak = self.created = 0
+        self.cached: list[int] = []
+
+    def allocate(self, nbytes):
+        from helpers.transfer import pinned_block_bytes
+
+        size = pinned_block_bytes(nbytes)
+        if size in self.cached:
+            self.cached.remove(size)
+        else:
+            self.current += size
+            self.peak = max(self.peak, self.current)
+            self.created += 1
+        return size
+
+    def free(self, size):
+        self.cached.append(size)
+
+    def stats(self):
+        return {"allocated_bytes.current": self.current, "allocated_bytes.peak": self.peak,
+                "num_host_alloc": self.created}
+
+    def reset_peak(self):
+        self.peak = self.current
+
+    def empty_cache(self):
+        self.current -= sum(self.cached)
+        self.cached.clear()
+
+
+def bandwidth_sweep(allocator, sizes):
+    """What notebook 06's helpers.copy_bandwidth leaves behind: per size, the pinned source and
+    the pin_memory() of each timed copy (while the source is alive): two cached blocks."""
+    for nbytes in sizes:
+        source = allocator.allocate(nbytes)
+        allocator.free(allocator.allocate(nbytes))
+        allocator.free(source)
+
+
+def pinned_loader_run(allocator, batch_bytes, in_flight=6, batches=16):
+    """A pin_memory=True run: the pin thread pins each batch; at most ``in_flight`` are alive."""
+    alive = []
+    for _ in range(batches):
+        if len(alive) == in_flight:
+            for size in alive.pop(0):
+                allocator.free(size)
+        alive.append([allocator.allocate(n) for n in batch_bytes])
+
+
+def test_pinned_budget_is_what_the_run_took_not_what_the_allocator_had_cached():
+    import torch
+
+    from helpers.transfer import PinnedMemoryTaken
+
+    full_sizes = [2**k for k in range(16, 29 + 1, 2)]  # notebook 06's sweep: 64 KiB ... 256 MiB
+    batch = [32 * 3 * 224 * 224 * 4, 32 * 8]  # 18.4 MiB of images (a 32 MiB block) and the labels
+    budget = helpers.pinned_budget_bytes([torch.empty(32, 3, 224, 224, device="meta"),
+                                          torch.empty(32, dtype=torch.int64, device="meta")], 2, 2)
+    assert budget == 6 * (32 * 2**20 + 256)
+    # What the notebook did before: reset the peak after the sweep, read it after the run
+    old = HostAllocatorModel()
+    bandwidth_sweep(old, full_sizes)
+    assert sum(old.cached) / 2**20 == pytest.approx(682.7, abs=0.1)
+    old.reset_peak()
+    pinned_loader_run(old, batch)
+    assert old.stats()["allocated_bytes.peak"] > budget  # the sweep's cache counted in the "peak"
+    # Measured as the growth over the run, the cache emptied first: the run's own blocks
+    new = HostAllocatorModel()
+    bandwidth_sweep(new, full_sizes)
+    with PinnedMemoryTaken(new) as taken:
+        pinned_loader_run(new, batch)
+    assert taken.peak_bytes == 6 * (32 * 2**20 + 256) <= budget and taken.blocks == 12
+    # ...and a run that holds more batches than the budget counts is caught
+    with PinnedMemoryTaken(new) as over:
+        pinned_loader_run(new, batch, in_flight=9)
+    assert over.peak_bytes > budget
+
+
 def test_pinned_checks_on_a_gpu_fail_when_pinning_buys_nothing():
     from helpers.lessons import pinned
     from helpers.transfer import CopyTiming
@@ -517,10 +603,10 @@ def test_pinned_checks_on_a_gpu_fail_when_pinning_buys_nothing():
         True,
         bandwidth=good,
         copy_ms={False: 4.5, True: 0.6},
-        budget_bytes=256 * 2**20,
-        allocator_peak_bytes=192 * 2**20,
+        budget_bytes=6 * (32 * 2**20 + 256),
+        pinned_taken_bytes=6 * (32 * 2**20 + 256),
     )
-    assert all(c.passed for c in checks), checks
+    assert len(checks) == 4 and all(c.passed for c in checks), checks
     flat = [CopyTiming(2**28, 7.0, 7.5, 6.0, 0.035, 0.035)]
     failed = failing(
         pinned.checks(
@@ -529,15 +615,15 @@ def test_pinned_checks_on_a_gpu_fail_when_pinning_buys_nothing():
             True,
             bandwidth=flat,
             copy_ms={False: 4.5, True: 4.6},
-            budget_bytes=128 * 2**20,
-            allocator_peak_bytes=192 * 2**20,
+            budget_bytes=6 * (32 * 2**20 + 256),
+            pinned_taken_bytes=9 * (32 * 2**20 + 256),
         )
     )
     assert failed == [
         "large copies run faster from pinned memory",
         "non_blocking=True from pinned memory returns before the copy ends",
         "the loop's copy of a batch is shorter from pinned memory",
-        "the pinned memory the allocator took stays within the budget (power-of-two blocks)",
+        "the pinned memory the pin_memory=True run took stays within the budget (power-of-two blocks)",
     ]
 
 
@@ -770,20 +856,22 @@ def test_batched_workers_reading_covers_each_outcome():
 
 
 # -- 09 · in_order and stragglers ----------------------------------------------------------------------
-def straggler_runs(out_of_order_loads=None, shuffle_out_of_order=True):
-    """An in-order run with head-of-line blocking, and an "out of order" run built from it."""
-    n, y = 0.02, 0.01
-    loads = [n * (10 if i % 20 == 0 and i else 1) for i in range(60)]
-    fifo = helpers.as_timeline(helpers.simulate(60, loads, y, 4), num_workers=4)
-    free = helpers.as_timeline(helpers.simulate(60, out_of_order_loads or [n] * 60, y, 4), num_workers=4)
-    if shuffle_out_of_order:  # out of order: sample 20 and 40 arrive later, and worker shares are uneven
-        order = [i for i in range(60) if i not in (20, 40)]
-        order.insert(23, 20)
-        order.append(40)
-        free.batches[:] = [
-            type(b)(**{**b.__dict__, "indices": (order[k],), "worker": 3 if k % 5 == 0 else b.worker})
-            for k, b in enumerate(free.batches)
-        ]
+def straggler_loads(every=21, items=60, n=0.02):
+    """Notebook 09's workload in small: 1 item in ``every`` 10× slower (``every=21`` spreads the
+    stragglers over 4 workers in rotation; 0 = none)."""
+    return [n * (10 if every and i % every == 0 else 1) for i in range(items)]
+
+
+def straggler_runs(loads=None, out_of_order_loads=None, y=0.01):
+    """The model's in-order run and its out-of-order run (``theory.simulate_out_of_order``)."""
+    from helpers import theory
+
+    loads = loads or straggler_loads()
+    free_loads = out_of_order_loads or loads
+    fifo = helpers.as_timeline(helpers.simulate(len(loads), loads, y, 4), num_workers=4)
+    free = helpers.as_timeline(
+        theory.simulate_out_of_order(len(free_loads), free_loads, y, 4), num_workers=4
+    )
     return {True: fifo, False: free}
 
 
@@ -799,16 +887,91 @@ def test_in_order_checks_fail_when_out_of_order_changes_nothing():
 
     # "out of order" behaving exactly like in order: same stalls, same order, same shares
     runs = straggler_runs()
-    runs[False] = straggler_runs()[True]
+    runs[False] = runs[True]
     failed = failing(in_order.checks(runs, 0.01))
     assert failed == [
         "out of order, the loop waits less in total",
         "out of order, the longest wait is under half the in-order one",
         "the p99 step interval is at least 2× shorter out of order",
-        "out of order, the same samples arrive, each once, in another order",
-        "out of order, new tasks go to workers with free slots: the workers' shares become uneven",
-        "out of order, a naive resume by batch count would repeat (and skip) samples",
+        "out of order, the other workers take over a stuck worker's tasks: more batches start beside a "
+        "straggler than in order",
+        "out of order, batches arrive in another order than the sampler's, set by timing",
     ]
+
+
+def test_in_order_checks_fail_without_stragglers():
+    from helpers.lessons import in_order
+
+    # No slow sample: in order the loop never waits on one (and nothing can be compared)
+    checks = in_order.checks(straggler_runs(loads=straggler_loads(every=0)), 0.01)
+    assert "in order, the loop waits on a straggler while later batches are already built" in failing(checks)
+    takeover = next(c for c in checks if c.claim.startswith("out of order, the other workers take over"))
+    assert takeover.passed is None and "without a straggler" in takeover.premise
+
+
+def test_in_order_checks_fail_when_out_of_order_changes_the_typical_step():
+    from helpers.lessons import in_order
+
+    # Out of order on workers slower than the loop (0.08–0.14 s a batch, 4 workers, 0.01 s step):
+    # the typical interval is their pace, not the step's
+    slower = [0.08 + 0.01 * (i % 7) for i in range(60)]
+    failed = failing(in_order.checks(straggler_runs(out_of_order_loads=slower), 0.01))
+    assert "the median interval is about the same (the tail moves, not the typical step)" in failed
+
+
+def test_out_of_order_model_gives_a_stuck_workers_tasks_to_the_others():
+    from helpers import theory
+    from helpers.lessons import in_order
+
+    # Notebook 09 at full size, in the model. In order the other workers start only their own
+    # prefetch slots' worth beside a straggler (3 × 2 = 6), then the loop waits and sends nothing;
+    # out of order they keep getting tasks. Measured on this machine: 6 each in order, 15-22 out
+    # of order, in both sizes.
+    loads = straggler_loads(every=21, items=80, n=0.1)
+    free = helpers.as_timeline(theory.simulate_out_of_order(80, loads, 0.05, 4), num_workers=4)
+    fifo = helpers.as_timeline(helpers.simulate(80, loads, 0.05, 4), num_workers=4)
+    assert sorted(in_order.arrival_order(free)) == list(range(80))
+    assert in_order.started_beside_stragglers(fifo) == [6, 6, 6, 6]
+    assert min(in_order.started_beside_stragglers(free)) >= 15
+    assert in_order.batches_per_worker(fifo) == {0: 20, 1: 20, 2: 20, 3: 20}
+    assert in_order.batches_per_worker(free) != in_order.batches_per_worker(fifo)
+
+
+def test_notebook_09_spreads_its_stragglers_and_a_deeper_queue_hides_them():
+    # Notebook 09's workload at full size (1 in 21 slow, 4 workers in rotation): every worker's own
+    # load is below the loop's steps, so the waiting is the stragglers' doing; a deeper queue starts
+    # each slow sample earlier: the numbers of exercise 2's solution.
+    from helpers.lessons import in_order
+
+    spread = helpers.WorkDataset(80, item_wait_s=0.1, slow_every=21, slow_factor=10.0)
+    assert max(in_order.round_robin_load_s(spread, 4)) == pytest.approx(2.9)  # < 80 steps of 0.05 s
+    waiting = [in_order.model_waiting_s(spread, 4, 0.05, pf) for pf in (1, 2, 5)]
+    assert waiting == pytest.approx([2.4, 1.8, 0.0], abs=1e-9)
+    # With 1 in 20, round robin gives worker 0 every straggler: 5.6 s of load against 4 s of steps,
+    # and the loop still waits at depth 20
+    clumped = helpers.WorkDataset(80, item_wait_s=0.1, slow_every=20, slow_factor=10.0)
+    assert in_order.round_robin_load_s(clumped, 4)[0] == pytest.approx(5.6)
+    assert in_order.model_waiting_s(clumped, 4, 0.05, 5) == pytest.approx(1.2)
+    # in smoke sizes too (60 items), 1 in 21 keeps every worker below the loop's steps
+    small = helpers.WorkDataset(60, item_wait_s=0.02, slow_every=21, slow_factor=10.0)
+    assert max(in_order.round_robin_load_s(small, 4)) < 60 * 0.01
+
+
+def test_09_quotes_the_installed_stateful_dataloader_warning():
+    import inspect
+    import json
+    from pathlib import Path
+
+    from torchdata.stateful_dataloader import stateful_dataloader
+
+    source = " ".join(inspect.getsource(stateful_dataloader).split())
+    notebook = Path(__file__).resolve().parent.parent / "notebooks" / "09_in_order_and_stragglers.ipynb"
+    text = "".join("".join(c["source"]) for c in json.loads(notebook.read_text())["cells"])
+    quoted = text.split("StatefulDataLoader")[1:]
+    warning = ("using in_order=False with multiple workers does not give any guarantees for state management "
+               "and loading from a checkpoint may not work as expected.")
+    assert warning in source.replace('" "', "")
+    assert any(warning in " ".join(part.split()) for part in quoted) and "15_resume.ipynb" in text
 
 
 def test_resume_by_count_counts_repeats_and_skips():
@@ -832,7 +995,11 @@ def shm_case(
     room_code=0,
     left=None,
     strategy_peak=3 * 2**20,
+    clone_code=0,
+    room_peak=84 * 2**20,
 ):
+    """Notebook 10's measurements: the shm-exhaustion demo fails in a 72 MiB /dev/shm, and the same
+    loader holds ``room_peak`` in a 112 MiB one (its budget: 96 MiB)."""
     strategies = {
         s: demo(peak_extra_bytes=strategy_peak, batch_bytes=2**20) for s in ("file_descriptor", "file_system")
     }
@@ -843,9 +1010,9 @@ def shm_case(
         10 * 2**20,
         strategies,
         demo(1, error=fd_error),
-        demo(0, batches_kept=600),
-        demo(fail_code, output="No space left on device (28)"),
-        demo(room_code, batches=4),
+        demo(clone_code, batches_kept=600 if clone_code == 0 else None),
+        demo(fail_code, output="No space left on device (28)", shm_total_bytes=72 * 2**20),
+        demo(room_code, batches=10, peak_extra_bytes=room_peak, shm_total_bytes=112 * 2**20),
         left or {"segments": [], "children": []},
     )
 
@@ -874,9 +1041,32 @@ def test_shared_memory_checks_fail_when_memory_or_failures_behave_otherwise():
         "a run's /dev/shm use stays within num_workers × prefetch_factor + 2 batches",
         "both sharing strategies allocate in /dev/shm",
         "keeping shared batches under a low fd limit fails with PyTorch's real message",
-        "the same loader fails in a /dev/shm smaller than its budget...",
+        "the same loader fails in a /dev/shm smaller than the batches it holds at once...",
         "nothing is left behind: no new torch_* segment, no child process",
     ]
+
+
+def test_shared_memory_checks_fail_when_batches_skip_dev_shm_clones_fail_or_room_does_not_help():
+    from helpers.lessons import shared_memory
+
+    # Batches that never reach /dev/shm (1 MiB seen of a 2 MiB batch), keeping clones that fails
+    # too, and a loader that fails in the larger /dev/shm as well
+    failed = failing(shared_memory.checks(*shm_case(peak=2**20, clone_code=1, room_code=1)))
+    assert failed == [
+        "batches cross from workers through /dev/shm (at least one batch's worth in use)",
+        "keeping clones instead runs to the end",
+        "...and runs in one larger than its budget",
+    ]
+
+
+def test_shared_memory_exhaustion_needs_a_loader_that_holds_more_than_the_small_dev_shm():
+    from helpers.lessons import shared_memory
+
+    # The old demo: 4 batches of 16 MiB, 64 MiB in all, could never need more than a 72 MiB /dev/shm;
+    # a pass there would say nothing about the budget: the claim is untested, with the reason.
+    checks = shared_memory.checks(*shm_case(room_peak=50 * 2**20))
+    exhaustion = next(c for c in checks if c.claim.startswith("the same loader fails"))
+    assert exhaustion.passed is None and "never held more than the small /dev/shm" in exhaustion.premise
 
 
 def test_shared_memory_checks_without_dev_shm_say_so():

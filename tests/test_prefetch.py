@@ -342,3 +342,21 @@ def test_pin_memory_warning_matches_the_machine():
         assert message is None
     else:
         assert message is not None and "pin_memory" in message
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_pinned_memory_taken_counts_the_run_not_the_cache_before_it():
+    from torch.utils.data import DataLoader
+
+    from helpers.transfer import PinnedMemoryTaken
+
+    helpers.copy_bandwidth([1 << 24], repeats=1)  # leaves pinned blocks cached, as notebook 06's sweep
+    cached = torch.cuda.host_memory_stats()["allocated_bytes.current"]
+    assert cached >= 2 * (1 << 24)
+    data = helpers.TutorialDataset(32, shape=(3, 64, 64))
+    loader = DataLoader(data, batch_size=8, num_workers=2, prefetch_factor=2, pin_memory=True)
+    with PinnedMemoryTaken() as taken:
+        helpers.record(loader, device="cuda", progress=False)
+    one_batch = next(iter(DataLoader(data, batch_size=8)))
+    assert 0 < taken.peak_bytes <= helpers.pinned_budget_bytes(one_batch, 2, 2) < cached
+    assert taken.blocks >= 2

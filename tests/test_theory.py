@@ -86,3 +86,69 @@ def test_a_schedule_becomes_a_timeline():
 def test_negative_inputs_are_refused():
     with pytest.raises(ValueError):
         theory.step_time(-1, 0.1, 1)
+
+
+def test_out_of_order_schedule_skips_a_worker_whose_slots_are_full():
+    # 2 workers, 1 slot each, batch 0 slow (1 s), the rest 0.1 s, a 0.05 s step.
+    loads = [1.0] + [0.1] * 7
+    plan = theory.simulate_out_of_order(8, loads, 0.05, 2, prefetch_factor=1)
+    # the loop takes what is done first: worker 1 builds batches 1-7 (0.7 s) before batch 0 ends
+    assert [b.index for b in plan] == [1, 2, 3, 4, 5, 6, 7, 0]
+    # while worker 0 is stuck on batch 0, every new task goes to worker 1
+    stuck_until = next(b.fetch_end for b in plan if b.index == 0)
+    assert all(b.worker == 1 for b in plan if 0 < b.index and b.fetch_start < stuck_until)
+    assert sorted(b.index for b in plan) == list(range(8))
+    # with equal loads it is the in-order schedule: the rotation never meets a full worker
+    same = theory.simulate_out_of_order(8, 1.0, 0.25, 2)
+    in_order = theory.simulate(8, 1.0, 0.25, 2)
+    assert theory.simulated_intervals(same) == pytest.approx(theory.simulated_intervals(in_order))
+    assert [b.worker for b in same] == [0, 1] * 4
+    with pytest.raises(ValueError, match="needs workers"):
+        theory.simulate_out_of_order(4, 0.1, 0.1, 0)
+
+
+def test_an_out_of_order_timeline_keeps_the_samplers_batch_in_indices():
+    plan = theory.simulate_out_of_order(8, [1.0] + [0.1] * 7, 0.05, 2, prefetch_factor=1)
+    tl = theory.as_timeline(plan)
+    assert [b.index for b in tl.batches] == list(range(8))
+    assert [b.indices[0] for b in tl.batches] == [b.index for b in plan]
+
+
+def _record(worker=0, wait_start=0.0, ready=1.0, **times):
+    from helpers.timeline import BatchRecord
+
+    return BatchRecord(epoch=0, index=times.pop("index", 0), worker=worker, fetch_start=0.0,
+                       fetch_end=times.pop("fetch_end", 0.5), wait_start=wait_start, ready=ready,
+                       step_end=ready + 0.1, worker_seq=0, indices=(0,), pid=1, **times)
+
+
+def test_m_is_the_loops_own_time_once_the_batch_is_its_to_take():
+    from helpers.timeline import EpochRecord, Span, Timeline
+
+    def timeline(*batches, spans=()):
+        epoch = EpochRecord(epoch=0, iter_start=0.0, iter_end=0.0, first_ready=1.0, end=2.0)
+        return Timeline(batches=list(batches), epochs=[epoch], config={}, spans=list(spans))
+
+    # the loop's thread unpickles: from received_start (after the loop began waiting) to ready
+    unpickled = _record(received_start=0.9, received_end=0.95)
+    assert theory.measured_main_s(timeline(unpickled)) == pytest.approx(0.1)
+    # 0 workers: from the end of the fetch
+    assert theory.measured_main_s(timeline(_record(worker=-1, fetch_end=0.98))) == pytest.approx(0.02)
+    # the pin thread unpickled and pinned it: only the hand-over from its queue is the loop's
+    pinned = _record(received_start=0.7, received_end=0.75, pin_start=0.75, pin_end=0.99)
+    assert theory.measured_main_s(timeline(pinned)) == pytest.approx(0.01)
+    # ...and when it was pinned before the loop asked, the whole next() call is the loop's
+    early = _record(wait_start=0.97, received_start=0.5, received_end=0.6, pin_start=0.6, pin_end=0.7)
+    assert theory.measured_main_s(timeline(early)) == pytest.approx(0.03)
+    # a prefetch thread that received it and then worked on it (host-timed)
+    behind = _record(received_start=0.5, received_end=0.6)
+    thread = Span("prefetch thread", "transform", 0.6, 0.995, 0, 0)
+    assert theory.measured_main_s(timeline(behind, spans=[thread])) == pytest.approx(0.005)
+    # a transform in the loop's own thread stays in m
+    loop = Span("transform (loop thread)", "transform", 0.6, 0.99, 0, 0)
+    assert theory.measured_main_s(timeline(_record(received_start=0.5, wait_start=0.4, received_end=0.6),
+                                           spans=[loop])) == pytest.approx(0.5)
+    # a copy timed on the GPU: the host had the batch once the prefetch thread received it
+    gpu = Span("copy stream", "copy", 0.6, 1.2, 0, 0)
+    assert theory.measured_main_s(timeline(_record(received_start=0.5, received_end=0.96),
+                                           spans=[gpu])) == pytest.approx(0.04)

@@ -13,7 +13,7 @@ from typing import Any
 from ..analysis import epoch_first_batch_gaps
 from ..checks import Check, at_least, exceeds, near, premise_failed, timing_noise_s
 from ..settings import LoaderSettings
-from ..theory import simulate
+from ..theory import measured_main_s, simulate
 from ..timeline import Timeline
 
 #: The tutorial's published speedups vs its baseline (PyTorch's "Data Loading Optimization" tutorial).
@@ -85,13 +85,17 @@ class StageCosts:
     """What one stage's recording measured, per batch (s), for the model."""
 
     batch_load_s: float  #: median fetch (in the main process with 0 workers)
-    main_s: float  #: the loop's own hand-over work per batch (unpickling; none behind a prefetch thread)
+    #: m: the loop's own work per batch, measured as everywhere in the lab
+    #: (:func:`helpers.theory.measured_main_s`: with a prefetch or pin thread the unpickling is theirs)
+    main_s: float
     startup_s: float  #: worker start-up per epoch that started workers
 
 
 def stage_costs(tl: Timeline, stage: Stage) -> StageCosts:
+    """n (the median fetch), m and the workers' start-up, from one stage's recording. (``stage`` is
+    no longer needed: whether a prefetch or pin thread received the batches is in the recording.)"""
     fetch = statistics.median(b.fetch_s for b in tl.batches)
-    main = 0.0 if stage.prefetcher else statistics.median(b.receive_s for b in tl.batches)
+    main = measured_main_s(tl)
     startups = [tl.worker_startup_s(e.epoch) for e in tl.epochs if e.worker_ready]
     return StageCosts(fetch, main, statistics.fmean(startups) if startups else 0.0)
 

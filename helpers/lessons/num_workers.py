@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from ..analysis import per_batch_s
 from ..checks import Check, at_least, exceeds, holds, near, premise_failed, timing_noise_s
 from ..pauses import CollectionTimes
-from ..theory import recommend_num_workers, step_time
+from ..theory import measured_main_s, recommend_num_workers, step_time
 from ..timeline import Timeline
 
 
@@ -18,7 +18,9 @@ class Calibration:
 
     n: float  #: building a batch in a worker (median fetch)
     y: float  #: the step (median)
-    m: float  #: the loop thread's own work per batch: unpickling it + the DataLoader's bookkeeping
+    #: the loop thread's own work per batch (here: unpickling it + the DataLoader's bookkeeping),
+    #: measured as everywhere in the lab: :func:`helpers.theory.measured_main_s`
+    m: float
     handover: float  #: worker done → batch in the loop's hands, while the loop waited (latency)
     in_worker: float  #: fetch done → the worker's queue thread sent it
     in_pipe: float  #: sent → the main process starts unpickling
@@ -31,10 +33,10 @@ class Calibration:
 
 
 def calibrate(tl: Timeline) -> Calibration:
-    """n, y and m from a recording (1 worker is best: each fetch runs alone). The hand-over is
-    read off batches the loop was already waiting for; only its parts in the loop's own thread
-    (unpickling, bookkeeping) are m: the worker's send and the pipe overlap the step once the
-    workers are ahead."""
+    """n, y and m from a recording (1 worker is best: each fetch runs alone). m is the loop's own
+    share of each batch (:func:`helpers.theory.measured_main_s`); the hand-over and its parts are
+    read off batches the loop was already waiting for: the worker's send and the pipe are not m,
+    they overlap the step once the workers are ahead."""
     waited = [b for b in tl.batches if b.wait_start <= b.fetch_end and b.sent is not None]
     if not waited:
         raise ValueError("no batch arrived while the loop waited: calibrate with fewer workers or a "
@@ -45,7 +47,7 @@ def calibrate(tl: Timeline) -> Calibration:
 
     return Calibration(
         n=med(b.fetch_s for b in tl.batches), y=med(b.step_s for b in tl.batches),
-        m=med(b.ready - b.received_start for b in waited),
+        m=measured_main_s(tl),
         handover=med(b.ready - b.fetch_end for b in waited),
         in_worker=med(b.sent - b.fetch_end for b in waited),
         in_pipe=med(b.received_start - b.sent for b in waited),
