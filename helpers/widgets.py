@@ -140,7 +140,7 @@ class TimelineExplorer:
                                      readout_format=".3f")
         self.batched_fetch = checkbox(batched_fetch, "__getitems__: one request per batch")
         self.slow_every = W.Dropdown(
-            options=[("none", 0), *((f"1 in {k}, {SLOW_FACTOR:g}× slower", k) for k in (5, 10, 20, 50))],
+            options=[("none", 0), *((f"1 in {k}, {SLOW_FACTOR:g}× slower", k) for k in (5, 7, 11, 21, 51))],
             value=slow_every, description="stragglers", style=style, layout=layout)
         self.persistent_workers = checkbox(persistent_workers, "persistent_workers")
         self.pin_memory = checkbox(pin_memory, "pin_memory")
