@@ -29,8 +29,10 @@ test: lint unit notebooks browser
 lint: $(STAMP)
 	$(BIN)/ruff check helpers tests notebooks benchmarks scripts
 
+# Tests that compare real timings run alone, after the rest, which run two at a time (tests/conftest.py).
 unit: $(STAMP)
-	$(BIN)/python -m pytest -m "not browser" -q
+	$(BIN)/python -m pytest -m "not browser and not timing" -q -n 2
+	$(BIN)/python -m pytest -m "timing" -q
 
 # Every notebook, as committed, in smoke mode; 300 s per cell at most. Progress bars off.
 notebooks: $(STAMP)

@@ -4,7 +4,23 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 import helpers
+
+#: Test files whose assertions compare real timings (sleeps, CPU shares, run-ahead, rates). `make unit`
+#: runs them one at a time after the others, which run two at a time (pytest-xdist): another test's
+#: processes then never share their cores. Every other test asserts ids, values, errors or memory.
+TIMING_FILES = {
+    "test_datasets_models.py", "test_diagnose.py", "test_distributed.py", "test_images.py",
+    "test_prefetch.py", "test_remote.py", "test_storage.py", "test_system.py", "test_timeline.py",
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name in TIMING_FILES:
+            item.add_marker(pytest.mark.timing)
 
 
 def make_loader(dataset: Any, *, sampler: Any = None, collate_fn: Any = None, worker_init_fn: Any = None,
