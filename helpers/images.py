@@ -212,20 +212,26 @@ def images_per_s(timeline: Any) -> float:
 
 
 def decode_rate(timeline: Any) -> float:
-    """Images per second the workers decode while they work: for each worker (or the main
+    """Images per second the workers decode while they all work: for each worker (or the main
     process, with 0 workers), the median over its batches of images ÷ fetch time, added up over
-    the workers. Start-up, workers that came up apart, the epoch's tail and time spent waiting
-    for a free prefetch slot are left out, so it shows what the cores give the decoding: two
-    workers on two free cores decode twice what one does; a third worker on two cores makes
-    every fetch take longer on the wall clock and adds nothing."""
-    per_worker: dict[int, list[float]] = {}
+    the workers. Only batches fetched while every worker was fetching count (from the last
+    worker's first fetch to the first worker's last one; all of a worker's batches if none falls
+    there): start-up, workers that came up apart and the epoch's tail, when fewer workers share
+    the cores, are left out. Two workers on two free cores decode twice what one does; a third
+    worker on two cores makes every fetch take longer on the wall clock and adds nothing."""
+    per_worker: dict[int, list[Any]] = {}
     for b in timeline.batches:
-        fetch_s = b.fetch_end - b.fetch_start
-        if fetch_s > 0:
-            per_worker.setdefault(b.worker, []).append(len(b.indices) / fetch_s)
+        if b.fetch_end > b.fetch_start:
+            per_worker.setdefault(b.worker, []).append(b)
     if not per_worker:
         return float("nan")
-    return float(sum(statistics.median(rates) for rates in per_worker.values()))
+    start = max(min(b.fetch_start for b in bs) for bs in per_worker.values())
+    end = min(max(b.fetch_end for b in bs) for bs in per_worker.values())
+    total = 0.0
+    for batches in per_worker.values():
+        inside = [b for b in batches if b.fetch_start >= start and b.fetch_end <= end] or batches
+        total += statistics.median(len(b.indices) / (b.fetch_end - b.fetch_start) for b in inside)
+    return float(total)
 
 
 def cost_per_image(dataset: JpegDataset, count: int = 32) -> dict[str, float]:
