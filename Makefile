@@ -97,4 +97,4 @@ strip: $(STAMP)
 	$(BIN)/python scripts/strip_outputs.py notebooks/*.ipynb
 
 clean:
-	rm -rf $(VENV) results test-artifacts handouts
+	rm -rf $(VENV) results cache test-artifacts handouts

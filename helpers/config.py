@@ -28,6 +28,7 @@ from . import cores
 SMOKE_ENV = "DLLAB_SMOKE"
 START_METHOD_ENV = "DLLAB_START_METHOD"
 RESULTS_ENV = "DLLAB_RESULTS_DIR"
+CACHE_ENV = "DLLAB_CACHE_DIR"
 
 #: Durations (load and step times) are multiplied by this in smoke mode.
 SMOKE_TIME_SCALE = 0.2
@@ -115,3 +116,25 @@ def results_dir() -> Path:
     """Where notebooks write ``<notebook>.json`` (``DLLAB_RESULTS_DIR`` overrides)."""
     override = os.environ.get(RESULTS_ENV)
     return Path(override) if override else repo_root() / "results"
+
+
+def cache_dir(name: str, *, empty: bool = True) -> Path:
+    """The lab's folder for the files a notebook writes (downloads, caches, traces):
+    ``<repo>/cache/<name>`` (``DLLAB_CACHE_DIR`` replaces ``<repo>/cache``; git ignores it,
+    ``make clean`` removes it). Made if missing. ``empty=True`` clears it first, so each run
+    starts from nothing — and the next Run All reuses the same folder instead of leaving
+    another one behind in the temporary folder. ``name``: a relative path such as
+    ``"13_remote_storage/local"``."""
+    import shutil
+
+    parts = Path(name).parts
+    if not name or Path(name).is_absolute() or ".." in parts:
+        raise ValueError(
+            f"name must be a relative folder name inside the cache, like '13_remote/local', got {name!r}"
+        )
+    override = os.environ.get(CACHE_ENV)
+    folder = (Path(override) if override else repo_root() / "cache") / name
+    if empty and folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder

@@ -12,8 +12,9 @@ its timeline, the sample ids of every epoch, its waits — to a JSON file. :clas
 gathers the ranks; :func:`plot_ranks` draws one figure with a row per rank and per worker.
 
 The launch always ends: past its time limit torchrun is stopped (SIGTERM, which makes its
-agent stop the ranks, then SIGKILL), every process of the launch (found by the run's folder
-in its command line) is waited for and killed if still running 15 s later, and a rank that dies
+agent stop the ranks, then SIGKILL), every process of the launch (remembered by pid while
+torchrun ran: :class:`Descendants`) is waited for and killed if still running 15 s later,
+and a rank that dies
 (``kill_rank``: it kills itself with SIGKILL at a given step) makes torchrun stop the others
 and report the failure, which :class:`DistRun` keeps (``returncode``, ``output``).
 """
@@ -92,9 +93,17 @@ class DistRun:
     seconds: float = 0.0
     #: processes of the launch still running 15 s after torchrun ended (stopped by the lab then)
     left_behind: list[int] = field(default_factory=list)
+    #: DataLoader workers of each rank in this launch
+    workers: dict[int, int] = field(default_factory=dict)
 
     def root_cause(self) -> dict[str, str]:
-        """torchrun's "Root Cause" section of a failed launch, as its ``key : value`` lines."""
+        """torchrun's "Root Cause" section of a failed launch, as its ``key : value`` lines.
+
+        torchrun names as the root cause the failure with the smallest timestamp, taken in
+        whole seconds (``int(time.time())`` when no error file was written), ties going to
+        the lowest rank (``ChildFailedError.get_first_failure`` in
+        ``torch/distributed/elastic/multiprocessing/errors``): a peer that failed in the same
+        second as the rank that died first can be named instead. :meth:`failures` lists all."""
         at = self.output.find("Root Cause")
         if at < 0:
             return {}
@@ -106,6 +115,32 @@ class DistRun:
                 key, value = line.split(":", 1)
                 out.setdefault(key.strip(), value.strip())
         return out
+
+    def failures(self) -> dict[int, str]:
+        """Every failed rank torchrun reported (its "Failures" and "Root Cause" sections): rank →
+        its exit code line (e.g. ``"-9 (pid: 123) (SIGKILL)"``)."""
+        at = self.output.find("Failures:")
+        out: dict[int, str] = {}
+        rank = None
+        for line in self.output[at:].splitlines() if at >= 0 else []:
+            key, _, value = line.partition(":")
+            if key.strip() == "rank" and value.strip():
+                rank = int(value.split()[0])
+            elif key.strip() == "exitcode" and rank is not None:
+                out.setdefault(rank, value.strip())
+                rank = None
+        return out
+
+    def peers_that_saw_it(self) -> set[int]:
+        """Ranks whose ``all_reduce`` failed because a peer's connection went away (gloo's read
+        error, "Connection reset by peer" or "closed by peer", in their traceback)."""
+        import re
+
+        return {
+            int(m.group(1))
+            for m in re.finditer(r"^\[rank(\d+)\]: RuntimeError: .*Connection (?:reset|closed) by peer",
+                                 self.output, flags=re.MULTILINE)
+        }
 
     @property
     def ok(self) -> bool:
@@ -140,21 +175,98 @@ class DistRun:
 
         return {r.rank: statistics.median(b.fetch_s for b in r.timeline.batches) for r in self.ranks}
 
+    def loop_s(self) -> dict[int, float]:
+        """Per rank, the median time its loop took per step without waiting: from one step's end
+        to the next, less the wait for data and the wait in ``all_reduce`` for the other ranks —
+        the step, the ``all_reduce`` itself and the loop's own work. The pace every rank could
+        keep if no rank waited for data."""
+        import statistics
 
-def wait_for_exit(tag: str, *, within_s: float) -> list[int]:
-    """Wait until no process whose command line contains ``tag`` runs; kill those still
-    running after ``within_s`` seconds and return their pids (none: nothing was left)."""
+        out = {}
+        for r in self.ranks:
+            b = sorted(r.timeline.batches, key=lambda x: x.ready)
+            own = [
+                later.step_end - earlier.step_end - later.wait_s - wait
+                for earlier, later, wait in zip(b, b[1:], r.sync_waits[1:], strict=False)
+            ]
+            out[r.rank] = statistics.median(own) if own else float("nan")
+        return out
+
+
+class Descendants:
+    """Every process descended from ``pid`` while it runs, remembered by pid and start time (a
+    thread looks every ``interval_s``), so that those still running after it ended can be
+    found — also when they were re-parented because their parent died (a killed rank's
+    DataLoader workers), and whatever their command line (``spawn`` and ``forkserver``
+    workers do not carry their rank's)."""
+
+    def __init__(self, pid: int, interval_s: float = 0.05):
+        import threading
+
+        self.pid, self.interval_s = pid, interval_s
+        self.seen: dict[int, float] = {}  # pid -> create_time (a reused pid is another process)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        import psutil
+
+        try:
+            root = psutil.Process(self.pid)
+        except psutil.Error:
+            return
+        while True:
+            try:
+                for child in root.children(recursive=True):
+                    try:
+                        self.seen.setdefault(child.pid, child.create_time())
+                    except psutil.Error:
+                        continue
+            except psutil.Error:  # the root ended: its descendants are all known by now
+                return
+            if self._stop.wait(self.interval_s):
+                return
+
+    def stop(self) -> None:
+        """Stop looking (after the root process ended)."""
+        self._stop.set()
+        self._thread.join()
+
+    def running(self) -> list:
+        """The remembered processes that still run (``psutil.Process``; zombies do not count)."""
+        import psutil
+
+        alive = []
+        for pid, created in self.seen.items():
+            try:
+                p = psutil.Process(pid)
+                if p.create_time() == created and p.status() != psutil.STATUS_ZOMBIE:
+                    alive.append(p)
+            except psutil.Error:
+                continue
+        return alive
+
+
+def wait_for_exit(
+    tag: str | None = None, *, within_s: float, descendants: Descendants | None = None
+) -> list[int]:
+    """Wait until no process runs whose command line contains ``tag``, or that ``descendants``
+    remembered; kill those still running after ``within_s`` seconds and return their pids
+    (none: nothing was left)."""
     import psutil
 
     def running() -> list[psutil.Process]:
-        found = []
+        found = {p.pid: p for p in descendants.running()} if descendants is not None else {}
+        if tag is None:
+            return list(found.values())
         for p in psutil.process_iter(["cmdline", "status"]):
             try:
                 if p.info["status"] != psutil.STATUS_ZOMBIE and tag in " ".join(p.info["cmdline"] or []):
-                    found.append(p)
+                    found.setdefault(p.pid, p)
             except psutil.Error:
                 continue
-        return found
+        return list(found.values())
 
     deadline = time.monotonic() + within_s
     while (alive := running()) and time.monotonic() < deadline:
@@ -246,6 +358,7 @@ def launch(
             text=True,
             start_new_session=True,
         )
+        descendants = Descendants(process.pid)
         try:
             output, _ = process.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -260,16 +373,19 @@ def launch(
             if process.poll() is None:
                 process.kill()
                 process.wait()
-        # Every process of the launch carries ``out`` in its command line (ranks, and their DataLoader
-        # workers, which fork keeps it for). A worker whose rank was killed outlives it until its watchdog
-        # notices (a few seconds): wait for those, and stop what is left.
-        stragglers = wait_for_exit(out, within_s=15.0)
+        descendants.stop()
+        # Every process of the launch was seen while torchrun ran (ranks, their DataLoader workers under
+        # any start method); fork's workers also carry ``out`` in their command line. A worker whose rank
+        # was killed outlives it until its watchdog notices (a few seconds): wait for those, and stop what
+        # is left.
+        stragglers = wait_for_exit(out, within_s=15.0, descendants=descendants)
         run = DistRun(
             nproc,
             returncode=process.returncode,
             output=output,
             seconds=time.monotonic() - start,
             left_behind=stragglers,
+            workers=workers,
         )
         for path in sorted(Path(out).glob("rank*.json")):
             data = json.loads(path.read_text())

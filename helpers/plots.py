@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import matplotlib
 import matplotlib.pyplot as plt
@@ -471,30 +472,60 @@ def plot_requests(tl: Timeline, requests, *, title: str | None = None,
     return fig
 
 
-def plot_concurrency(results: dict[tuple[int, int], float], *, latency_s: float, request_s: float) -> Axes:
+def plot_concurrency(results: dict[tuple[int, int], Any], *, latency_s: float, request_s: float) -> Figure:
     """Samples/s of each (workers, threads) run against workers × threads, with the latency
-    bound: concurrency / (time of one request alone)."""
+    bound: concurrency / (time of one request alone). When the values are
+    :class:`helpers.Requests` measured with the store, a second panel splits each
+    configuration's mean request into its parts (:data:`helpers.remote.PART_FIELDS`): where
+    the time went as the requests in flight grew."""
     import numpy as np
 
-    _, ax = plt.subplots(figsize=(8, 4.2), layout="constrained")
+    from .remote import PART_FIELDS
+
+    rates = {k: (v.samples_per_s() if hasattr(v, "samples_per_s") else float(v)) for k, v in results.items()}
+    parts = {k: v.mean_parts() for k, v in results.items() if hasattr(v, "mean_parts") and v.mean_parts()}
+    if parts:
+        fig, (ax, split) = plt.subplots(1, 2, figsize=(13, 4.4), layout="constrained", width_ratios=[1, 1.1])
+    else:
+        fig, ax = plt.subplots(figsize=(8, 4.2), layout="constrained")
     cmap = matplotlib.colormaps["viridis"]
-    workers = sorted({w for w, _ in results})
+    workers = sorted({w for w, _ in rates})
     for i, w in enumerate(workers):
-        points = sorted((w * t, rate) for (ww, t), rate in results.items() if ww == w)
+        points = sorted((w * t, rate) for (ww, t), rate in rates.items() if ww == w)
         ax.plot(*zip(*points, strict=True), "o-", color=cmap(i / max(len(workers) - 1, 1) * 0.9),
                 label=f"{w} worker{'s' if w > 1 else ''}")
-    top = max(w * t for w, t in results)
+    top = max(w * t for w, t in rates)
     xs = np.arange(1, top + 1)
     ax.plot(xs, xs / request_s, color=COLORS["model"], linestyle="--",
-            label=f"latency bound: concurrency / {request_s * 1e3:.0f} ms")
+            label=f"concurrency / {request_s * 1e3:.0f} ms (a request's time alone)")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("requests in flight at most: workers × threads (log)")
     ax.set_ylabel("samples / s")
-    ax.set_ylim(0, 1.15 * max(results.values()))
-    ax.set_title(f"{latency_s * 1e3:.0f} ms round trip: concurrency pays until the CPU is spent", fontsize=10)
+    ax.set_ylim(0, 1.15 * max(rates.values()))
+    ax.set_title(f"{latency_s * 1e3:.0f} ms round trip: concurrency pays while a request keeps its time",
+                 fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    return ax
+    ax.legend(fontsize=8, loc="upper left")
+    if not parts:
+        return fig
+    order = sorted(parts, key=lambda k: (k[0] * k[1], k[0]))
+    style = {"round_trip": ("0.8", ""), "server": (COLORS["wait"], "//"), "proxy": (COLORS["model"], ".."),
+             "client": (COLORS["fetch"], ""), "body": (COLORS["step"], "")}
+    bottom = np.zeros(len(order))
+    for name in PART_FIELDS:
+        values = np.array([parts[k][name] * 1e3 for k in order])
+        colour, hatch = style[name]
+        split.bar(range(len(order)), values, bottom=bottom, color=colour, hatch=hatch, edgecolor="white",
+                  linewidth=0.5, label=name.replace("_", " "))
+        bottom += values
+    split.set_xticks(range(len(order)), [f"{w}×{t}" for w, t in order], fontsize=9)
+    split.set_xlabel("workers × threads (by requests in flight)")
+    split.set_ylabel("mean request (ms)")
+    split.set_title("where a request's time went", fontsize=10)
+    split.grid(alpha=0.3, axis="y")
+    split.legend(fontsize=8, loc="upper left", ncols=2)
+    split.set_ylim(0, 1.3 * bottom.max())
+    return fig
 
 
 def plot_image_rates(groups: dict[str, dict[str, float]], *, cores_free: float | None = None,

@@ -2,18 +2,21 @@
 
 :class:`ObjectStore` starts an S3-compatible object store (``moto``'s server) in a child
 process bound to 127.0.0.1, and in front of it, on request, latency proxies: TCP relays
-that hold every byte for half a round trip in each direction and cap each connection's
-bandwidth (``helpers/_store_server.py``). Clients are ``boto3``, the library a user's own
-code would call. The store is stopped when its ``with`` block ends, when ``stop()`` is
-called, when the object is collected and when Python exits; the child also exits by itself
-when its parent's pipe closes, so a killed kernel leaves nothing running.
+(each in a process of its own) that hold every byte for half a round trip in each
+direction and cap each connection's bandwidth (``helpers/_store_server.py``). Clients are
+``boto3``, the library a user's own code would call. The store is stopped when its
+``with`` block ends, when ``stop()`` is called, when the object is collected and when
+Python exits; the child also exits by itself when its parent's pipe closes, so a killed
+kernel leaves nothing running.
 
 :class:`S3Dataset` reads one object per sample: ``__getitem__`` makes one GET,
 ``__getitems__`` (what the DataLoader calls with a batch's indices when it batches
 automatically) makes the batch's GETs from a thread pool inside the worker, and an
 optional local cache keeps each object on disk for the next epoch. Every sample carries
 the times of its request, which :func:`measure_requests` collects into
-:class:`Requests` (what was in flight, when).
+:class:`Requests` (what was in flight, when) — with the store, also the proxy's log of
+each request, which splits its time into the client's, the round trip, the server's and
+the rest (:data:`PART_FIELDS`), and the CPU time each side spent.
 """
 
 from __future__ import annotations
@@ -303,9 +306,10 @@ class ObjectStore:
         return keys
 
     def stats(self) -> dict[int, dict[str, int]]:
-        """Per proxy port: connections accepted and bytes carried (both directions) so far."""
+        """Per proxy port: connections accepted, bytes carried (both directions) and CPU seconds
+        used so far."""
         return {
-            p["port"]: {"connections": p["connections"], "bytes": p["bytes"]}
+            p["port"]: {"connections": p["connections"], "bytes": p["bytes"], "cpu_s": p["cpu_s"]}
             for p in self._ask({"cmd": "stats"})["proxies"]
         }
 
@@ -314,8 +318,39 @@ class ObjectStore:
         port = int(endpoint.url.rsplit(":", 1)[1])
         return self.stats().get(port, {}).get("bytes", 0)
 
+    def proxy_cpu_s(self, endpoint: Endpoint) -> float:
+        """CPU seconds the proxy behind ``endpoint`` (a process of its own) has used so far; 0
+        for the server itself."""
+        port = int(endpoint.url.rsplit(":", 1)[1])
+        return self.stats().get(port, {}).get("cpu_s", 0.0)
+
+    def proxy_log(self, endpoint: Endpoint) -> list[dict]:
+        """What the proxy behind ``endpoint`` saw of each connection since the last call
+        (and forgets it): its request line and when (``time.perf_counter``, the same clock
+        in every process on Linux) it accepted it (``accepted``), read the request's first
+        byte (``request_in``), passed it to the server (``request_out``), read the response's
+        first byte (``response_in``) and passed that on (``response_out``, ``response_end``)."""
+        port = int(endpoint.url.rsplit(":", 1)[1])
+        return self._ask({"cmd": "log", "port": port})["log"]
+
     def cpu_s(self) -> float:
-        """CPU seconds the store's process (server and proxies) has used so far."""
+        """CPU seconds the store has used so far: the server's process and its proxies'."""
+        import psutil
+
+        if not self.alive:
+            raise StoreError("the object store is not running")
+        total = self.server_cpu_s()
+        for child in psutil.Process(self.pid).children():
+            try:
+                times = child.cpu_times()
+            except psutil.Error:
+                continue
+            total += times.user + times.system
+        return total
+
+    def server_cpu_s(self) -> float:
+        """CPU seconds the server's own process (moto; each proxy runs in a process of its
+        own) has used so far."""
         import psutil
 
         if not self.alive:
@@ -375,11 +410,20 @@ def port_open(port: int) -> bool:
 
 
 # -- the dataset ---------------------------------------------------------------------------
-#: The columns of a sample's ``"request"`` row.
-REQUEST_FIELDS = ("worker", "thread", "start", "first_byte", "end", "cached")
+#: The columns of a sample's ``"request"`` row: the worker and its thread, when the request
+#: started, got its first byte and ended, whether it was read from the cache, the sample's index,
+#: and when boto3 had signed it and began to send it (``sent``, botocore's ``before-send`` event).
+REQUEST_FIELDS = ("worker", "thread", "start", "first_byte", "end", "cached", "index", "sent")
 
 
 _LANES = threading.Lock()
+_SENT = threading.local()  # per thread: when boto3 began to send the current request
+
+
+def _mark_sent(**_: Any) -> None:
+    """botocore's ``before-send`` hook (the request is signed; the connection and the bytes
+    come next). Returns None, so botocore sends the request itself."""
+    _SENT.at = clock()
 
 
 def cache_name(key: str) -> str:
@@ -434,14 +478,16 @@ class S3Dataset(Dataset):
     def _process_state(self):
         if self._state is None or self._state[0] != os.getpid():
             pool = ThreadPoolExecutor(self.threads) if self.threads > 1 else None
-            self._state = (os.getpid(), self.endpoint.client(self.threads), pool, {})
+            client = self.endpoint.client(self.threads)
+            client.meta.events.register("before-send.s3.GetObject", _mark_sent)
+            self._state = (os.getpid(), client, pool, {})
         return self._state
 
     def _get(self, index: int) -> dict[str, torch.Tensor]:
         _, client, _, threads = self._process_state()
         key = self.keys[index]
         cached_file = None if self.cache_dir is None else self.cache_dir / cache_name(key)
-        start = clock()
+        start = _SENT.at = clock()
         if cached_file is not None and cached_file.exists():
             body = cached_file.read_bytes()
             first = end = clock()
@@ -468,7 +514,8 @@ class S3Dataset(Dataset):
         with _LANES:
             thread = threads.setdefault(threading.get_ident(), len(threads))
         row = torch.tensor(
-            [-1 if info is None else info.id, thread, start, first, end, cached], dtype=torch.float64
+            [-1 if info is None else info.id, thread, start, first, end, cached, index, _SENT.at],
+            dtype=torch.float64,
         )
         return {
             "data": torch.frombuffer(bytearray(body), dtype=torch.uint8),
@@ -492,11 +539,40 @@ class Requests:
     """Every request of a recording: one row per sample (:data:`REQUEST_FIELDS`), times in
     seconds on the recording's clock."""
 
-    rows: np.ndarray  #: shape (n, 6)
+    rows: np.ndarray  #: shape (n, len(REQUEST_FIELDS))
     #: bytes the endpoint's proxy carried during each epoch (when measured with ``store=``)
     carried: list[int] | None = None
     #: the share of all the machine's cores busy (any process) during the recording
     cpu_busy: float = float("nan")
+    #: per request that reached the store, in the order of :attr:`remote`, where its time went
+    #: (:data:`PART_FIELDS`, seconds; from the proxy's log, when measured with ``store=``)
+    parts: np.ndarray | None = None
+    #: CPU seconds used during the recording by the loader (main process and workers:
+    #: "loader_s"), the store's server ("server_s") and its proxy ("proxy_s"), and the
+    #: recording's wall time ("wall_s"); when measured with ``store=``
+    cpu: dict[str, float] | None = None
+
+    def mean_parts(self) -> dict[str, float]:
+        """Where a request's time went, on average (seconds per part of :data:`PART_FIELDS`;
+        means, so that the parts add up to the mean request). Empty without ``parts``."""
+        if self.parts is None or not len(self.parts):
+            return {}
+        return {name: float(self.parts[:, i].mean()) for i, name in enumerate(PART_FIELDS)}
+
+    def cpu_per_request(self) -> dict[str, float]:
+        """CPU seconds per request that reached the store: the loader's, the server's, the
+        proxy's. Empty without ``cpu``."""
+        count = len(self.remote)
+        if not self.cpu or not count:
+            return {}
+        return {name: self.cpu[f"{name}_s"] / count for name in ("loader", "server", "proxy")}
+
+    def cpus_used(self) -> float:
+        """CPUs the loader and the store used together during the recording, on average
+        (CPU seconds ÷ wall seconds); nan without ``cpu``."""
+        if not self.cpu or self.cpu["wall_s"] <= 0:
+            return float("nan")
+        return (self.cpu["loader_s"] + self.cpu["server_s"] + self.cpu["proxy_s"]) / self.cpu["wall_s"]
 
     def column(self, name: str) -> np.ndarray:
         return self.rows[:, REQUEST_FIELDS.index(name)] if len(self.rows) else np.zeros(0)
@@ -568,15 +644,113 @@ class Requests:
         return float(counts[order][np.searchsorted(cumulative, cumulative[-1] / 2)])
 
 
+#: Where a request's time went (seconds), from the client's times and the proxy's log:
+#: ``client``: in the worker, before its bytes left (boto3 signs the request) and after the
+#: response's first byte was passed on to it (boto3 reads and parses the headers) — including
+#: any wait for that process's GIL or a core; ``proxy``: the proxy accepting the connection
+#: and holding the bytes *beyond* the round trip it adds; ``round_trip``: the round trip it
+#: adds (the setting); ``server``: from the request reaching the server to its first byte
+#: back; ``body``: the rest of the object after the first byte.
+PART_FIELDS = ("client", "proxy", "round_trip", "server", "body")
+_TIME_COLUMNS = [REQUEST_FIELDS.index(f) for f in ("start", "first_byte", "end", "sent")]
+
+
+def client_setup_s(timeline: Any, requests: Requests) -> dict[int, float]:
+    """Per worker, seconds from the start of its first fetch to the start of its first request:
+    what the worker did before it could send anything (making its boto3 client, which loads
+    S3's service description)."""
+    out = {}
+    workers, starts = requests.column("worker"), requests.column("start")
+    for worker in sorted({int(w) for w in workers}):
+        fetches = [b.fetch_start for b in timeline.batches if b.worker == worker]
+        if fetches:
+            out[worker] = float(starts[workers == worker].min() - min(fetches))
+    return out
+
+
+def request_slowdown(alone: Requests, loaded: Requests) -> dict[str, float]:
+    """Where a request's extra time under load went: the mean of each part of
+    :data:`PART_FIELDS` in ``loaded`` minus in ``alone`` (seconds), with "total" (their
+    sum: the mean request's extra time) and "store" (the server's and the proxy's parts).
+    Empty when either has no proxy log."""
+    before, after = alone.mean_parts(), loaded.mean_parts()
+    if not before or not after:
+        return {}
+    out = {name: after[name] - before[name] for name in PART_FIELDS}
+    out["store"] = out["server"] + out["proxy"]
+    out["total"] = sum(out[name] for name in PART_FIELDS)
+    return out
+
+
 class _Collect:
     def __init__(self, step: Any, t0: float):
         self.step, self.t0, self.rows = step, t0, []
 
     def __call__(self, batch: Any) -> Any:
         rows = batch["request"].numpy().copy()
-        rows[:, 2:5] -= self.t0
+        rows[:, _TIME_COLUMNS] -= self.t0
         self.rows.append(rows)
         return None if self.step is None else self.step(batch)
+
+
+def _key_of(line: str, bucket: str) -> str | None:
+    """The object key in a request line ``GET /bucket/key HTTP/1.1`` (path-style), or None."""
+    from urllib.parse import unquote
+
+    parts = line.split(" ")
+    prefix = f"/{bucket}/"
+    if len(parts) < 2 or parts[0] != "GET" or not parts[1].startswith(prefix):
+        return None
+    return unquote(parts[1][len(prefix) :].split("?", 1)[0])
+
+
+def request_parts(
+    rows: np.ndarray, log: list[dict], keys: Sequence[str], bucket: str, latency_s: float, t0: float
+) -> np.ndarray | None:
+    """Match each request that reached the store (``rows``, uncached, on the recording's clock
+    that starts at ``t0``) with the proxy's log of it (by its key, in order) and split its time
+    into :data:`PART_FIELDS`. None if some request has no complete log entry."""
+    by_key: dict[str, list[dict]] = {}
+    for entry in sorted(log, key=lambda e: e.get("request_in", float("inf"))):
+        key = _key_of(entry.get("line", ""), bucket)
+        if key is not None and all(
+            m in entry for m in ("request_in", "request_out", "response_in", "response_out")
+        ):
+            by_key.setdefault(key, []).append(entry)
+    col = {f: REQUEST_FIELDS.index(f) for f in REQUEST_FIELDS}
+    out = []
+    for row in rows[np.argsort(rows[:, col["start"]], kind="stable")] if len(rows) else rows:
+        entries = by_key.get(keys[int(row[col["index"]])])
+        if not entries:
+            return None
+        e = {k: v - t0 for k, v in entries.pop(0).items() if k != "line"}
+        start, sent, first, end = (row[col[f]] for f in ("start", "sent", "first_byte", "end"))
+        held = (e["request_out"] - e["request_in"]) + (e["response_out"] - e["response_in"])
+        out.append(
+            [
+                (sent - start) + (first - e["response_out"]),
+                (e["request_in"] - sent) + held - latency_s,
+                latency_s,
+                e["response_in"] - e["request_out"],
+                end - first,
+            ]
+        )
+    if len(rows):
+        order = np.argsort(np.argsort(rows[:, col["start"]], kind="stable"), kind="stable")
+        return np.asarray(out, dtype=float)[order]
+    return np.zeros((0, len(PART_FIELDS)))
+
+
+def _cpu_now(store: ObjectStore, endpoint: Endpoint) -> dict[str, float]:
+    """CPU seconds so far: this process and its ended children (the DataLoader's workers, once
+    joined), the store's server, the endpoint's proxy; and the clock."""
+    own = os.times()
+    return {
+        "loader_s": own.user + own.system + own.children_user + own.children_system,
+        "server_s": store.server_cpu_s(),
+        "proxy_s": store.proxy_cpu_s(endpoint),
+        "wall_s": clock(),
+    }
 
 
 def measure_requests(
@@ -590,9 +764,11 @@ def measure_requests(
     """Record ``loader`` (:func:`helpers.record`) over an :class:`S3Dataset` and collect every
     sample's request; returns ``(Timeline, Requests)``. Request times are on the recording's
     clock (its start is taken a few microseconds before ``record`` takes its own). With
-    ``store``, ``Requests.carried`` holds the bytes its proxy carried in each epoch (read
+    ``store``: ``Requests.carried`` holds the bytes its proxy carried in each epoch (read
     before the recording and after each epoch's last batch, when that epoch's requests
-    have all returned)."""
+    have all returned), ``Requests.cpu`` the CPU seconds the loader, the server and the
+    proxy used, and ``Requests.parts`` where each request's time went (from the proxy's
+    log; only through a proxy)."""
     from .recorder import record
 
     dataset = getattr(loader, "dataset", None)
@@ -602,21 +778,41 @@ def measure_requests(
         )
     marks: list[int] = []
     on_batch = None
+    endpoint = dataset.endpoint
     if store is not None:
         last = len(loader) - 1
-        marks.append(store.bytes_through(dataset.endpoint))
+        store.proxy_log(endpoint)  # forget earlier connections
+        marks.append(store.bytes_through(endpoint))
 
         def on_batch(batch) -> None:
             if batch.index == last:
-                marks.append(store.bytes_through(dataset.endpoint))
+                marks.append(store.bytes_through(endpoint))
 
+        spent_before = _cpu_now(store, endpoint)
     cpu_before = psutil.cpu_times()
     collect = _Collect(step, clock())
     timeline = record(loader, collect, epochs=epochs, progress=progress, on_batch=on_batch)
     cpu_after = psutil.cpu_times()
     rows = np.concatenate(collect.rows) if collect.rows else np.zeros((0, len(REQUEST_FIELDS)))
-    carried = [int(b - a) for a, b in zip(marks, marks[1:], strict=False)] if store is not None else None
-    return timeline, Requests(rows, carried, cpu_busy(cpu_before, cpu_after))
+    requests = Requests(rows, cpu_busy=cpu_busy(cpu_before, cpu_after))
+    if store is not None:
+        # the workers have ended (a non-persistent loader joins them when its epoch ends), so their
+        # CPU time is in this process's children's times now
+        spent_after = _cpu_now(store, endpoint)
+        spent = {k: spent_after[k] - spent_before[k] for k in spent_after}
+        requests.cpu = {
+            "loader_s": spent["loader_s"],
+            "server_s": spent["server_s"],
+            "proxy_s": spent["proxy_s"],
+            "wall_s": spent["wall_s"],
+        }
+        requests.carried = [int(b - a) for a, b in zip(marks, marks[1:], strict=False)]
+        if endpoint.latency_s or endpoint.bandwidth:
+            requests.parts = request_parts(
+                requests.remote, store.proxy_log(endpoint), dataset.keys, dataset.bucket,
+                endpoint.latency_s, collect.t0,
+            )
+    return timeline, requests
 
 
 def cpu_busy(before: Any, after: Any) -> float:
@@ -666,6 +862,29 @@ def time_objects(endpoint: Endpoint, bucket: str, keys: Sequence[str], *, source
             out.append(ObjectTiming(source, len(body), first - start, clock() - start))
     except Exception as error:  # noqa: BLE001
         raise explain(error, endpoint, bucket) from None
+    return out
+
+
+def time_endpoints(
+    endpoints: dict[str, Endpoint], bucket: str, keys: Sequence[str]
+) -> list[ObjectTiming]:
+    """:func:`time_objects` for several endpoints side by side: each key is read from every
+    endpoint in turn (one client each, warmed up once), so that a moment when the machine is
+    busy touches every source alike. ``endpoints``: source name → endpoint."""
+    clients = {source: endpoint.client() for source, endpoint in endpoints.items()}
+    out = []
+    try:
+        for client in clients.values():
+            client.get_object(Bucket=bucket, Key=keys[0])["Body"].read()
+        for key in keys:
+            for source, client in clients.items():
+                start = clock()
+                response = client.get_object(Bucket=bucket, Key=key)
+                first = clock()
+                body = response["Body"].read()
+                out.append(ObjectTiming(source, len(body), first - start, clock() - start))
+    except Exception as error:  # noqa: BLE001
+        raise explain(error, endpoints[source], bucket) from None
     return out
 
 

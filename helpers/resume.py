@@ -40,6 +40,8 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from .distributed import Descendants
+
 KINDS = ("stateful", "restart", "skip")
 #: What torchdata 0.11's StatefulDataLoader triggers in torch 2.14 (its own telemetry call).
 SET_VITAL_WARNING = "'set_vital' is deprecated"
@@ -223,10 +225,13 @@ def _lines(path: Path) -> list[dict]:
     return out
 
 
-def _wait_for_exit(tag: str) -> None:
+def _wait_for_exit(tag: str, descendants) -> None:
+    """Wait for every process of a training child to end: those seen while it ran (its DataLoader
+    workers, whatever their start method) and any carrying ``tag`` in their command line."""
     from .distributed import wait_for_exit
 
-    wait_for_exit(tag, within_s=15.0)
+    descendants.stop()
+    wait_for_exit(tag, within_s=15.0, descendants=descendants)
 
 
 def _child(config: dict, folder: Path) -> subprocess.Popen:
@@ -294,6 +299,7 @@ def kill_and_resume(
             run=1,
         )
         first = _child({**config, "kill_after": kill_after}, folder)
+        seen = Descendants(first.pid)
         try:
             first.wait(timeout_s)  # it kills itself with SIGKILL after step kill_after
         except subprocess.TimeoutExpired:
@@ -305,7 +311,7 @@ def kill_and_resume(
                 first.kill()
                 first.wait(10)
             # its DataLoader workers outlive it until their watchdog sees it gone: wait for them
-            _wait_for_exit(str(folder))
+            _wait_for_exit(str(folder), seen)
         if first.returncode != -signal.SIGKILL:
             raise RuntimeError(
                 f"the training child ended with {first.returncode} before step {kill_after}: "
@@ -318,13 +324,14 @@ def kill_and_resume(
             else {"step": 0}
         )
         second = _child({**config, "run": 2, "resume": True}, folder)
+        seen = Descendants(second.pid)
         try:
             code = second.wait(timeout_s)
         finally:
             if second.poll() is None:
                 second.kill()
                 second.wait(10)
-        _wait_for_exit(str(folder))
+        _wait_for_exit(str(folder), seen)
         if code != 0:
             raise RuntimeError("the resumed child failed: " + (folder / "stderr2.txt").read_text()[-2000:])
         lines = _lines(folder / "log.jsonl")

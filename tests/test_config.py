@@ -85,3 +85,17 @@ def torch_loader():
     import helpers
 
     return DataLoader(helpers.WorkDataset(2), num_workers=1)
+
+
+def test_cache_dir_is_one_named_folder_emptied_for_each_run(monkeypatch, tmp_path):
+    monkeypatch.setenv(config.CACHE_ENV, str(tmp_path))
+    folder = config.cache_dir("13_remote_storage/local")
+    assert folder == tmp_path / "13_remote_storage" / "local" and folder.is_dir()
+    (folder / "object").write_bytes(b"x")
+    assert config.cache_dir("13_remote_storage/local", empty=False) == folder and (folder / "object").exists()
+    assert config.cache_dir("13_remote_storage/local") == folder and not any(folder.iterdir())
+    for bad in ("", "/tmp/x", "../outside"):
+        with pytest.raises(ValueError, match="relative folder"):
+            config.cache_dir(bad)
+    monkeypatch.delenv(config.CACHE_ENV)
+    assert config.cache_dir("x", empty=False).parent == config.repo_root() / "cache"

@@ -62,12 +62,49 @@ def test_a_straggler_sets_the_pace_and_the_others_wait_for_it():
     assert waits[0] > 5 * waits[1]
 
 
-def test_a_killed_rank_fails_the_launch_and_torchrun_names_it():
-    run = helpers.launch(2, num_workers=1, kill_rank=1, kill_step=2, **COMMON)
+@pytest.mark.parametrize("num_workers", [0, 1])
+def test_a_killed_rank_fails_the_launch_and_torchrun_lists_it(num_workers):
+    """With a forked worker the peer hears nothing (the worker holds the dead rank's sockets) and
+    is stopped by the agent; with none, its all_reduce fails at once. Either way torchrun lists
+    the killed rank among its failures (the root cause it names may be either rank)."""
+    run = helpers.launch(2, num_workers=num_workers, kill_rank=1, kill_step=2, **COMMON)
     assert run.returncode != 0 and not run.ok
-    cause = run.root_cause()
-    assert cause["rank"].startswith("1") and cause["exitcode"].startswith("-9"), run.output[-1500:]
+    failures = run.failures()
+    assert failures[1].startswith("-9") and set(failures) <= {0, 1}, run.output[-1500:]
+    assert run.root_cause()["rank"][0] in "01"
+    assert run.peers_that_saw_it() == (set() if num_workers else {0}), run.output[-3000:]
     assert run.left_behind == [] and helpers.child_processes() == set()
+
+
+def test_descendants_are_found_when_their_parent_died_and_their_command_line_differs(tmp_path):
+    """A spawn or forkserver worker does not carry its rank's command line, and is re-parented
+    when its rank is killed: only the pids remembered while the launch ran find it."""
+    import subprocess
+    import sys
+
+    from helpers.distributed import Descendants, wait_for_exit
+
+    tag = str(tmp_path / "tag")
+    script = ("import subprocess, sys, time\n"
+              "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+              "time.sleep(60)\n")
+    parent = subprocess.Popen([sys.executable, "-c", script, tag])
+    seen = Descendants(parent.pid)
+    deadline = time.monotonic() + 20
+    while not seen.seen and time.monotonic() < deadline:
+        time.sleep(0.05)
+    (orphan,) = seen.seen
+    parent.kill()
+    parent.wait(5)
+    seen.stop()
+    try:
+        assert wait_for_exit(tag, within_s=0.3) == [], "its command line does not carry the tag"
+        assert psutil.pid_exists(orphan)
+        assert wait_for_exit(tag, within_s=0.3, descendants=seen) == [orphan]
+        assert wait_for_exit(within_s=0.3, descendants=seen) == []
+    finally:
+        if psutil.pid_exists(orphan):
+            psutil.Process(orphan).kill()
 
 
 def test_wait_for_exit_stops_what_is_left(tmp_path):

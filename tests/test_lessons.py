@@ -1239,12 +1239,32 @@ def test_copy_on_read_checks_report_their_premises():
 
 
 # -- 13 remote storage ------------------------------------------------------------------------
-def remote_case(*, added=0.040, serial_rate=45.0, pool_rate=230.0, alone=0.046, crowded=0.064, peaks=(2, 16),
-                carried=0, cache_rates=(270.0, 8000.0), busy=(0.3, 0.6)):
-    """Measurements like notebook 13's (40 ms round trip, 2 workers, 8 threads)."""
+_ALONE_PARTS = {"client": 0.003, "proxy": 0.003, "round_trip": 0.040, "server": 0.004, "body": 0.0}
+_CROWDED_PARTS = {"client": 0.005, "proxy": 0.005, "round_trip": 0.040, "server": 0.028, "body": 0.002}
+_ALONE_CPU = {"loader": 0.005, "server": 0.005, "proxy": 0.001}
+
+
+def remote_requests(in_flight, duration, *, parts=None, cpu=None, waves=3):
+    """``in_flight`` requests side by side, each lasting ``duration`` s, ``waves`` times over; with
+    the proxy's split of each (``parts``, seconds per part) and the CPU per request (``cpu``)."""
     import numpy as np
 
-    from helpers.remote import ObjectTiming, Requests
+    from helpers.remote import PART_FIELDS, Requests
+
+    rows = [[0, j, w * duration, w * duration + duration * 0.99, (w + 1) * duration, 0, w * in_flight + j,
+             w * duration] for w in range(waves) for j in range(in_flight)]
+    requests = Requests(np.array(rows, dtype=float))
+    if parts is not None:
+        requests.parts = np.tile([parts[name] for name in PART_FIELDS], (len(rows), 1))
+    if cpu is not None:
+        requests.cpu = {f"{k}_s": v * len(rows) for k, v in cpu.items()} | {"wall_s": waves * duration}
+    return requests
+
+
+def remote_case(*, added=0.040, serial_rate=40.0, pool_rate=200.0, alone=0.050, crowded=0.080, peaks=(2, 16),
+                carried=0, cache_rates=(270.0, 8000.0), crowded_parts=None, crowded_cpu=None, grid=None):
+    """Measurements like notebook 13's (40 ms round trip, 2 workers, 8 threads; section 4's grid)."""
+    from helpers.remote import ObjectTiming
 
     small, large, rtt = 16 * 1024, 2 * 2**20, 0.040
     timings = []
@@ -1255,82 +1275,93 @@ def remote_case(*, added=0.040, serial_rate=45.0, pool_rate=230.0, alone=0.046, 
                     ObjectTiming("server", large, 0.004, 0.005),
                     ObjectTiming("remote", small, 0.003 + added, 0.0032 + added),
                     ObjectTiming("remote", large, 0.004 + added, 0.004 + added + large / 25e6)]
-
-    def requests(peak, duration, cpu_busy):
-        # ``peak`` requests side by side, each lasting ``duration``, three waves
-        rows = [[0, j, w * duration, w * duration + duration * 0.99, (w + 1) * duration, 0]
-                for w in range(3) for j in range(peak)]
-        return Requests(np.array(rows, dtype=float), cpu_busy=cpu_busy)
-
+    serial = remote_requests(peaks[0], alone, parts=_ALONE_PARTS, cpu=_ALONE_CPU)
+    pool = remote_requests(peaks[1], crowded, parts=crowded_parts or _CROWDED_PARTS,
+                           cpu=crowded_cpu or {"loader": 0.0045, "server": 0.004, "proxy": 0.0008})
+    if grid is None:  # (workers, threads): (in flight, request time)
+        grid = {(1, 1): (1, 0.050), (1, 4): (4, 0.052), (2, 4): (8, 0.060), (2, 8): (16, 0.080)}
     return dict(timings=timings, latency_s=rtt, small=small, large=large,
-                serial=(serial_rate, requests(peaks[0], alone, busy[0]), 2),
-                threaded=(pool_rate, requests(peaks[1], crowded, busy[1]), 2, 8),
-                cache=(*cache_rates, carried))
+                serial=(serial_rate, serial, 2), threaded=(pool_rate, pool, 2, 8),
+                grid={k: remote_requests(*v) for k, v in grid.items()}, cache=(*cache_rates, carried))
+
+
+def _remote_failed(**changes):
+    from helpers.lessons import remote
+
+    return {c.claim for c in remote.checks(**remote_case(**changes)) if c.passed is False}
+
+
+def _remote_check(words, **changes):
+    from helpers.lessons import remote
+
+    (check,) = [c for c in remote.checks(**remote_case(**changes)) if words in c.claim]
+    return check
 
 
 def test_remote_checks_pass_when_the_lesson_holds():
     from helpers.lessons import remote
 
     checks = remote.checks(**remote_case())
-    assert all(c.passed for c in checks), "\n".join(
-        f"{c.claim}: {c.measured}" for c in checks if not c.passed)
+    assert len(checks) == 10 and all(c.passed for c in checks), "\n".join(
+        f"{c.claim}: {c.measured} {c.premise}" for c in checks if not c.passed)
 
 
 def test_remote_checks_fail_when_the_proxy_adds_no_round_trip():
-    from helpers.lessons import remote
-
-    failed = {c.claim for c in remote.checks(**remote_case(added=0.0)) if c.passed is False}
-    assert any("adds one round trip" in c for c in failed)
+    failed = _remote_failed(added=0.0)
+    assert any("orders of magnitude" in c for c in failed), "the server alone must not pass for remote"
+    assert any("the one round trip it is set to" in c for c in failed)
     assert any("latency-bound" in c for c in failed)
-    failed = {c.claim for c in remote.checks(**remote_case(added=0.085)) if c.passed is False}
-    assert any("adds one round trip" in c for c in failed), "two round trips must fail too"
+    two = _remote_failed(added=0.085)
+    assert any("the one round trip it is set to" in c for c in two), "two round trips fail too"
 
 
-def test_remote_checks_fail_when_one_get_at_a_time_beats_the_round_trip():
-    from helpers.lessons import remote
-
-    failed = {c.claim for c in remote.checks(**remote_case(serial_rate=80.0)) if c.passed is False}
-    assert any("one GET at a time" in c for c in failed)
+def test_remote_checks_fail_when_one_get_at_a_time_beats_the_round_trip_or_idles():
+    assert any("one GET at a time" in c for c in _remote_failed(serial_rate=80.0))
+    # the workers kept no request in flight half of the time (a slow step held them back)
+    assert any("one GET at a time" in c for c in _remote_failed(serial_rate=20.0))
 
 
 def test_remote_checks_fail_when_threads_do_not_overlap_requests():
+    # the pool ran its requests one after another: no speedup, one in flight per worker, and the
+    # configurations of section 4 kept their time alone but not their requests in flight
+    grid = {(1, 1): (1, 0.050), (1, 4): (1, 0.050), (2, 4): (2, 0.050)}
+    failed = _remote_failed(pool_rate=40.0, crowded=0.050, peaks=(2, 2), grid=grid)
+    for words in ("requests in flight:", "samples/s = requests in flight", "keeps its time alone"):
+        assert any(words in c for c in failed), words
+
+
+def test_remote_checks_fail_when_samples_per_s_is_not_in_flight_over_request_time():
+    # 16 in flight, each 80 ms: 200/s predicted; 120/s means something else held the loader back
+    assert any("samples/s = requests in flight" in c for c in _remote_failed(pool_rate=120.0))
+
+
+def test_remote_checks_fail_when_the_slowdown_is_not_in_the_store():
+    client_bound = {"client": 0.030, "proxy": 0.004, "round_trip": 0.040, "server": 0.005, "body": 0.001}
+    assert any("wait in the store" in c for c in _remote_failed(crowded_parts=client_bound))
+    # the store did twice the work per request (retries, say): slower, but not from queueing
+    assert any("wait in the store" in c for c in _remote_failed(
+        crowded_cpu={"loader": 0.005, "server": 0.011, "proxy": 0.002}))
+
+
+def test_remote_store_premises_fail_without_a_slowdown_or_a_log():
+    kept = _remote_check("wait in the store", pool_rate=307.0, crowded=0.052)
+    assert kept.passed is None and "kept their time alone" in kept.premise
+    case = remote_case()
+    case["threaded"][1].parts = None
     from helpers.lessons import remote
 
-    # the pool ran its requests one after another: same request time, no speedup, one in flight per worker
-    case = remote_case(pool_rate=46.0, crowded=0.046, peaks=(2, 2))
-    failed = {c.claim for c in remote.checks(**case) if c.passed is False}
-    assert any("multiply samples/s" in c for c in failed)
-    assert any("requests in flight" in c for c in failed)
+    (unlogged,) = [c for c in remote.checks(**case) if "wait in the store" in c.claim]
+    assert unlogged.passed is None and "store=" in unlogged.premise
 
 
-def test_remote_threads_premise_fails_when_the_cpu_limits():
-    from helpers.lessons import remote
-
-    # every request took 5× longer under threads and the cores were all busy: the CPU limited the run
-    checks = remote.checks(**remote_case(pool_rate=60.0, crowded=0.046 * 5, busy=(0.3, 0.97)))
-    (threads,) = [c for c in checks if "multiply samples/s" in c.claim]
-    assert threads.passed is None and "CPU" in threads.premise
-    # the same gain with idle cores: the threads did not overlap their requests
-    checks = remote.checks(**remote_case(pool_rate=60.0, crowded=0.046 * 5, busy=(0.3, 0.4)))
-    (threads,) = [c for c in checks if "multiply samples/s" in c.claim]
-    assert threads.passed is False
-
-
-def test_remote_serial_check_fails_far_below_the_latency_bound_unless_the_cpu_was_busy():
-    from helpers.lessons import remote
-
-    (serial,) = [c for c in remote.checks(**remote_case(serial_rate=15.0)) if "one GET at a time" in c.claim]
-    assert serial.passed is False
-    busy = remote.checks(**remote_case(serial_rate=15.0, busy=(0.95, 0.6)))
-    (serial,) = [c for c in busy if "one GET at a time" in c.claim]
-    assert serial.passed is None and "busy" in serial.premise
+def test_remote_keeps_time_premise_fails_when_the_store_falls_behind_at_once():
+    grid = {(1, 1): (1, 0.050), (2, 1): (2, 0.052), (1, 4): (4, 0.090), (2, 4): (8, 0.150)}
+    check = _remote_check("keeps its time alone", grid=grid)
+    assert check.passed is None and "1.80×" in check.premise
 
 
 def test_remote_checks_fail_when_the_cache_does_not_serve_epoch_2():
-    from helpers.lessons import remote
-
-    failed = {c.claim for c in remote.checks(**remote_case(carried=3_000_000, cache_rates=(270.0, 280.0)))
-              if c.passed is False}
+    failed = _remote_failed(carried=3_000_000, cache_rates=(270.0, 280.0))
     assert any("no request reaches the store" in c for c in failed)
     assert any("twice as fast" in c for c in failed)
 
@@ -1526,23 +1557,31 @@ def dist_case():
     from helpers.distributed import DistRun, RankRecord
     from helpers.timeline import BatchRecord, EpochRecord, Timeline
 
-    def rank(r, ids, step_every, fetch_s, wait_s):
+    def rank(r, ids, step_every, fetch_s, wait_s, data_wait_s=0.001):
         batches = [BatchRecord(0, i, 0, i * step_every, i * step_every + fetch_s, i * step_every,
-                               i * step_every + 0.001, (i + 1) * step_every, i, (i,), 1) for i in range(10)]
+                               i * step_every + data_wait_s, (i + 1) * step_every, i, (i,), 1)
+                   for i in range(10)]
         timeline = Timeline(batches, [EpochRecord(0, 0.0, 0.0, 0.001, 10 * step_every)], {})
         return RankRecord(r, 0.0, timeline, ids, [wait_s] * 10, [(0.0, wait_s)] * 10)
 
-    def run(ids0, ids1, step_every=0.02, fetch=(0.01, 0.04), waits=(0.03, 0.001), returncode=0, output=""):
-        return DistRun(2, [rank(0, ids0, step_every, fetch[0], waits[0]), rank(1, ids1, step_every, fetch[1],
-                                                                               waits[1])], returncode, output)
+    def run(ids0, ids1, step_every=0.02, fetch=(0.01, 0.04), waits=(0.03, 0.001), data_waits=(0.001, 0.001),
+            workers=None, returncode=0, output=""):
+        ranks = [rank(0, ids0, step_every, fetch[0], waits[0], data_waits[0]),
+                 rank(1, ids1, step_every, fetch[1], waits[1], data_waits[1])]
+        return DistRun(2, ranks, returncode, output, workers=workers or {0: 1, 1: 1})
 
     padded = [list(range(0, 251, 2)), list(range(1, 251, 2)) + [0]]
     with_epoch = run([padded[0], padded[0][::-1]], [padded[1], padded[1][::-1]])
     dropped = [list(range(0, 250, 2))] * 2, [list(range(1, 250, 2))] * 2
     without_epoch = run(*dropped)
-    straggler = run([[0]], [[1]], step_every=0.04)  # the straggler's fetch: 40 ms per batch
-    helped = run([[0]], [[1]], step_every=0.015, waits=(0.001, 0.001))
-    killed = DistRun(2, [], 1, "Root Cause\n  rank      : 1\n  exitcode  : -9 (pid: 1)  (SIGKILL)")
+    # the straggler's fetch: 40 ms per batch; rank 1 waits 30 ms for data, rank 0 30 ms in all_reduce:
+    # the loop's own time per step is 40 − 30 − 1 = 9 ms, so the sizing rule asks for ⌈40 / 9⌉ = 5 workers;
+    # the lesson gives one more
+    straggler = run([[0]], [[1]], step_every=0.04, data_waits=(0.001, 0.03))
+    helped = run([[0]], [[1]], step_every=0.011, waits=(0.001, 0.001), workers={0: 1, 1: 6})
+    killed = DistRun(2, [], 1, "Failures:\n[1]:\n  rank      : 0 (local_rank: 0)\n"
+                     "  exitcode  : -15 (pid: 2)  (SIGTERM)\n------\nRoot Cause (first observed failure):\n"
+                     "[0]:\n  rank      : 1 (local_rank: 1)\n  exitcode  : -9 (pid: 1)  (SIGKILL)\n======")
     return dict(with_epoch=with_epoch, without_epoch=without_epoch, straggler=straggler, helped=helped,
                 killed=killed, n=251, left_behind=set())
 
@@ -1551,24 +1590,59 @@ def test_distributed_checks_pass_when_the_lesson_holds():
     from helpers.lessons import distributed
 
     checks = distributed.checks(**dist_case())
-    assert all(c.passed for c in checks), "\n".join(
-        f"{c.claim}: {c.measured}" for c in checks if not c.passed)
+    assert len(checks) == 8 and all(c.passed for c in checks), "\n".join(
+        f"{c.claim}: {c.measured} {c.premise}" for c in checks if not c.passed)
 
 
 def test_distributed_checks_fail_when_the_lesson_is_false():
     from helpers.lessons import distributed
 
     case = dist_case()
-    # set_epoch swapped, padding missing, no waiting for the straggler, no gain, a survivor left behind
+    # set_epoch swapped, padding missing, no waiting for the straggler, no gain from the workers the rule
+    # asked for, a survivor left behind, the killed rank not among the failures
     case["with_epoch"], case["without_epoch"] = case["without_epoch"], case["with_epoch"]
     case["straggler"].ranks[0].sync_waits = [0.001] * 10
-    case["helped"] = case["straggler"]
+    case["helped"].ranks = case["straggler"].ranks
     case["left_behind"] = {4242}
-    case["killed"].output = case["killed"].output.replace("rank      : 1", "rank      : 0")
+    case["killed"].output = case["killed"].output.replace("exitcode  : -9", "exitcode  : 1")
     failed = [c.claim for c in distributed.checks(**case) if c.passed is False]
-    for words in ("without set_epoch", "with set_epoch", "pads", "drops", "wait for it", "restore the pace",
-                  "killed with SIGKILL"):
+    for words in ("without set_epoch", "with set_epoch", "pads", "drops", "wait for it",
+                  "no rank waits for data", "killed with SIGKILL"):
         assert any(words in claim for claim in failed), words
+
+
+def test_distributed_helped_check_fails_short_of_the_loops_pace_and_needs_the_rules_workers():
+    from helpers.lessons import distributed
+
+    case = dist_case()
+    slow = case["helped"].ranks[1].timeline
+    for i, b in enumerate(slow.batches):  # 6 workers, but rank 1 still waits 10 ms for data every 20 ms
+        slow.batches[i] = type(b)(**{**vars(b), "ready": i * 0.02 + 0.01, "step_end": i * 0.02 + 0.019})
+    (pace,) = [c for c in distributed.checks(**case) if "no rank waits for data" in c.claim]
+    assert pace.passed is False
+    case = dist_case()
+    case["helped"].workers = {0: 1, 1: 5}  # fewer than ⌈40 / 9⌉ + 1: the claim is not about this run
+    (pace,) = [c for c in distributed.checks(**case) if "no rank waits for data" in c.claim]
+    assert pace.passed is None and "asks for 6" in pace.premise
+    case = dist_case()  # the helped run's fetches took 80 ms: 6 workers deliver 75/s, below the loop's 111/s
+    slow = case["helped"].ranks[1].timeline.batches
+    for i, b in enumerate(slow):
+        slow[i] = type(b)(**{**vars(b), "fetch_end": b.fetch_start + 0.08})
+    (pace,) = [c for c in distributed.checks(**case) if "no rank waits for data" in c.claim]
+    assert pace.passed is None and "slowed the fetches themselves" in pace.premise
+
+
+def test_distributed_kill_check_does_not_depend_on_which_rank_torchrun_names():
+    from helpers.lessons import distributed
+
+    case = dist_case()  # a peer that failed in the same second is named root cause: still reported
+    case["killed"].output = ("Failures:\n[1]:\n  rank      : 1 (local_rank: 1)\n  exitcode  : -9 (pid: 1)  "
+                             "(SIGKILL)\n------\nRoot Cause (first observed failure):\n[0]:\n  rank      : 0 "
+                             "(local_rank: 0)\n  exitcode  : 1 (pid: 2)\n======")
+    (kill,) = [c for c in distributed.checks(**case) if "killed with SIGKILL" in c.claim]
+    assert kill.passed, kill.measured
+    assert case["killed"].failures() == {1: "-9 (pid: 1)  (SIGKILL)", 0: "1 (pid: 2)"}
+    assert case["killed"].root_cause()["rank"].startswith("0")
 
 
 def test_distributed_pace_check_fails_when_the_fast_ranks_go_their_own_speed():

@@ -99,8 +99,10 @@ def test_store_stops_when_its_parent_is_killed(tmp_path):
 
 def test_server_and_proxies_listen_on_127_0_0_1_only(store):
     store.endpoint(latency_s=0.005)
+    server = psutil.Process(store.pid)
     listening = [
-        c for c in psutil.Process(store.pid).net_connections(kind="inet") if c.status == psutil.CONN_LISTEN
+        c for p in [server, *server.children()] for c in p.net_connections(kind="inet")
+        if c.status == psutil.CONN_LISTEN
     ]
     assert len(listening) >= 2
     assert {c.laddr.ip for c in listening} == {"127.0.0.1"}
