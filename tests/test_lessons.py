@@ -1510,6 +1510,24 @@ def test_resume_checks_fail_when_resuming_is_not_what_the_lesson_says():
     assert stateful.passed is False
 
 
+def test_resume_out_of_order_check_fails_when_the_damage_is_not_one_batch_each_way():
+    # Out of order, the skip went wrong but not as taught: two batches repeated and one dropped, or
+    # repeats without anything missing (a batch trained twice, none lost: not the overtaking pattern).
+    import collections
+
+    from helpers.lessons import resume
+    from helpers.resume import ResumeResult
+
+    case = resume_case()
+    for repeats, missing in ((range(80, 96), range(72, 80)), (range(80, 88), ())):
+        counts = collections.Counter({i: 1 for i in range(256) if i not in missing})
+        for i in repeats:
+            counts[i] += 1
+        case["shuffled"] = {"skip, in_order=False": ResumeResult("skip", 256, 10, 13, -9, counts, [])}
+        (claim,) = [c for c in resume.checks(**case) if "out of order" in c.claim]
+        assert claim.passed is False, claim
+
+
 def test_resume_out_of_order_premise_fails_when_the_order_happened_to_match():
     from helpers.lessons import resume
 
