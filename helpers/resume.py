@@ -55,7 +55,10 @@ class IdDataset(Dataset):
     ``load_s``: a modelled load per sample (a sleep); every ``slow_every``-th sample takes
     ``slow_factor`` times longer (stragglers reorder batches when ``in_order=False``).
     ``state_bytes``: a dataset state of that size (``state_dict``), as a dataset that keeps
-    a shuffle buffer or an RNG does; ``StatefulDataLoader`` sends it with its snapshots.
+    a shuffle buffer or an RNG does. At every snapshot ``StatefulDataLoader``'s worker builds it
+    and compares it with its previous snapshot; only the keys whose value changed are sent
+    (torchdata's incremental state) — this buffer never changes, so its price here is building
+    and comparing it, in the worker, before the batch can go.
     ``cold``: ``(first, stop, seconds)``: samples ``first <= i < stop`` take ``seconds`` more
     each (files not yet in the page cache: cold on the first run, warm when resumed)."""
 
