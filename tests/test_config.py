@@ -98,4 +98,8 @@ def test_cache_dir_is_one_named_folder_emptied_for_each_run(monkeypatch, tmp_pat
         with pytest.raises(ValueError, match="relative folder"):
             config.cache_dir(bad)
     monkeypatch.delenv(config.CACHE_ENV)
-    assert config.cache_dir("x", empty=False).parent == config.repo_root() / "cache"
+    default = config.cache_dir("test-cache-dir-default", empty=False)
+    try:
+        assert default.parent == config.repo_root() / "cache"
+    finally:
+        default.rmdir()
