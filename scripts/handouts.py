@@ -82,9 +82,13 @@ def fetch_static(static: Path) -> bool:
         return False
 
 
-def execute(path: Path, quick: bool) -> tuple[object, float]:
+def execute(path: Path, quick: bool) -> tuple[object, float, str | None]:
+    """Run the notebook in a fresh kernel; returns it with its outputs, the seconds it took and,
+    when a cell raised (a lesson check failed, say), the error's last line — the page is built
+    all the same, with the outputs up to that cell and the error in it."""
     import nbformat
     from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
 
     nb = nbformat.read(path, as_version=4)
     os.environ["DLLAB_SMOKE"] = "1" if quick else "0"
@@ -92,8 +96,13 @@ def execute(path: Path, quick: bool) -> tuple[object, float]:
     client = NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3", store_widget_state=True,
                             resources={"metadata": {"path": str(path.parent)}})
     start = time.perf_counter()
-    client.execute()
-    return nb, time.perf_counter() - start
+    try:
+        client.execute()
+    except CellExecutionError as error:
+        text = re.sub(r"\x1b\[[0-9;]*m", "", str(error))  # the traceback's terminal colours
+        lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+        return nb, time.perf_counter() - start, (lines[-1] if lines else type(error).__name__)[:300]
+    return nb, time.perf_counter() - start, None
 
 
 def render(nb, title: str, local_static: bool) -> str:
@@ -107,13 +116,27 @@ def render(nb, title: str, local_static: bool) -> str:
     return body
 
 
+def mark_stopped(page: str, error: str | None) -> str:
+    """The page with a banner at its top when its run stopped at an error (the cell that raised
+    shows the traceback further down)."""
+    if error is None:
+        return page
+    banner = ("<div style='border:3px solid #b35806;padding:8px 12px;margin:8px;font-family:sans-serif'>"
+              f"<b>This run stopped before its end:</b> {html.escape(error)} — the outputs below end at "
+              "the cell that raised.</div>")
+    at = page.find(">", page.find("<body")) + 1
+    return page[:at] + banner + page[at:] if at > 0 else banner + page
+
+
 def _inline(text: str) -> str:
     """Escape a table cell and render its `code` spans."""
     return re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text))
 
 
-def index_page(built: dict[str, float], quick: bool) -> str:
-    """The README's table as HTML, each notebook linking to its page."""
+def index_page(built: dict[str, float], quick: bool, failed: dict[str, str] | None = None) -> str:
+    """The README's table as HTML, each notebook linking to its page; ``failed``: notebook →
+    the error that stopped its run (marked in its row)."""
+    failed = failed or {}
     rows = notebook_table.table().splitlines()[2:]
     out = []
     for row in rows:
@@ -125,6 +148,8 @@ def index_page(built: dict[str, float], quick: bool) -> str:
         name = (f"<a href='{stem}.html'>{_inline(title)}</a>" if stem in built
                 else f"{_inline(title)} (not built)")
         seconds = f"{built[stem]:.0f} s" if stem in built else ""
+        if stem in failed:
+            name += f"<br><b style='color:#b35806'>✗ stopped: {html.escape(failed[stem])}</b>"
         out.append(f"<tr><td>{name}</td><td>{html.escape(cells[1])}</td><td>{html.escape(cells[2])}</td>"
                    f"<td>{seconds}</td></tr>")
     mode = "in quick mode (smoke sizes)" if quick else "at full size"
@@ -163,18 +188,28 @@ def main(argv: list[str]) -> int:
     times = json.loads(times_path.read_text()) if times_path.exists() else {}
     mode = "quick" if args.quick else "full"
     built: dict[str, float] = {}
+    failed: dict[str, str] = {}
     for path in paths:
         print(f"executing {path.name} ({mode})...", flush=True)
-        nb, seconds = execute(path, args.quick)
-        (args.out / f"{path.stem}.html").write_text(render(nb, path.stem, local_static))
+        nb, seconds, error = execute(path, args.quick)
+        (args.out / f"{path.stem}.html").write_text(mark_stopped(render(nb, path.stem, local_static), error))
         built[path.stem] = seconds
-        times.setdefault(path.stem, {})[mode] = round(seconds, 1)
-        times_path.write_text(json.dumps(times, indent=2, sort_keys=True) + "\n")
-        print(f"  {path.stem}.html written; the run took {seconds:.0f} s", flush=True)
+        if error is None:  # a run that stopped early is no run time to state
+            times.setdefault(path.stem, {})[mode] = round(seconds, 1)
+            times_path.write_text(json.dumps(times, indent=2, sort_keys=True) + "\n")
+            print(f"  {path.stem}.html written; the run took {seconds:.0f} s", flush=True)
+        else:
+            failed[path.stem] = error
+            print(f"  {path.stem}.html written, but the run STOPPED after {seconds:.0f} s: {error}",
+                  flush=True)
     existing = {p.stem: times.get(p.stem, {}).get(mode, 0.0) for p in notebook_table_paths()
                 if (args.out / f"{p.stem}.html").exists()}
-    (args.out / "index.html").write_text(index_page({**existing, **built}, args.quick))
+    (args.out / "index.html").write_text(index_page({**existing, **built}, args.quick, failed))
     print(f"open {args.out / 'index.html'}")
+    if failed:
+        print(f"{len(failed)} of {len(paths)} notebooks stopped before their end (marked on their page and "
+              "in the index): " + "; ".join(f"{stem}: {error}" for stem, error in failed.items()))
+        return 1
     return 0
 
 

@@ -111,3 +111,23 @@ def test_every_notebook_states_its_measured_run_time_in_both_modes(tmp_path, mon
     written["metadata"]["dataloader_lab"]["run_time_s"]["full"] = 99.0
     (tmp_path / "notebooks" / "01_x.ipynb").write_text(json.dumps(written))
     assert "does not state the measured run time" in run_times.problems()[0]
+
+
+def test_a_notebook_that_stops_still_gets_its_page_marked_and_the_run_fails(tmp_path):
+    import handouts
+    import nbformat
+
+    cells = ["print('before')", "raise RuntimeError('a lesson check failed')", "print('after')"]
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    path = tmp_path / "99_stops.ipynb"
+    nbformat.write(nb, path)
+    ran, seconds, error = handouts.execute(path, quick=True)
+    assert "a lesson check failed" in error and seconds > 0
+    assert ran.cells[0].outputs and not ran.cells[2].get("outputs")
+    page = handouts.mark_stopped("<html><body class='x'><p>cells</p></body></html>", error)
+    assert page.index("This run stopped before its end") < page.index("<p>cells</p>")
+    assert handouts.mark_stopped("<body>", None) == "<body>"
+    stem = NOTEBOOKS[0].stem
+    index = handouts.index_page({stem: 1.0}, True, {stem: error})
+    assert "✗ stopped: RuntimeError: a lesson check failed" in index
