@@ -27,6 +27,7 @@ import gc
 import os
 from collections.abc import Callable
 from time import perf_counter as clock
+from time import process_time
 from typing import Any
 
 from torch.utils.data import get_worker_info
@@ -48,7 +49,8 @@ class Stamped:
     """A batch in an envelope that carries its fetch times, and, once it has travelled,
     its send, receive and pin times."""
 
-    def __init__(self, data, worker, pid, fetch_start, fetch_end, seq, indices, worker_ready):
+    def __init__(self, data, worker, pid, fetch_start, fetch_end, seq, indices, worker_ready,
+                 fetch_cpu=None, collate_s=None):
         self.data = data
         self.worker = worker
         self.pid = pid
@@ -57,6 +59,8 @@ class Stamped:
         self.seq = seq
         self.indices = indices
         self.worker_ready = worker_ready
+        self.fetch_cpu = fetch_cpu  # CPU seconds the fetching process used during the fetch
+        self.collate_s = collate_s  # seconds in collate_fn during the fetch (None: not seen)
         self.sent: float | None = None
         self.received_start: float | None = None
         self.received_end: float | None = None
@@ -66,7 +70,8 @@ class Stamped:
     def __reduce__(self):
         # Called by the worker's queue thread as it sends the batch: that moment is `sent`.
         return (_received, (_ReceiveClock(), self.data, self.worker, self.pid, self.fetch_start,
-                            self.fetch_end, self.seq, self.indices, self.worker_ready, clock()))
+                            self.fetch_end, self.seq, self.indices, self.worker_ready, clock(),
+                            self.fetch_cpu, self.collate_s))
 
     def pin_memory(self, device=None):
         # The DataLoader's pin thread calls this instead of pinning the envelope.
@@ -77,8 +82,9 @@ class Stamped:
 
 
 def _received(received_start, data, worker, pid, fetch_start, fetch_end, seq, indices, worker_ready,
-              sent) -> Stamped:
-    stamped = Stamped(data, worker, pid, fetch_start, fetch_end, seq, indices, worker_ready)
+              sent, fetch_cpu=None, collate_s=None) -> Stamped:
+    stamped = Stamped(data, worker, pid, fetch_start, fetch_end, seq, indices, worker_ready, fetch_cpu,
+                      collate_s)
     stamped.sent, stamped.received_start, stamped.received_end = sent, received_start, clock()
     return stamped
 
@@ -107,12 +113,42 @@ class _ProcessState:
 _STATE: _ProcessState | None = None  # in worker processes only
 
 
-def _stamp(fetch: Callable, possibly_batched_index, worker: int, state: _ProcessState) -> Stamped:
+class _TimedCollate:
+    """Stands in for a fetcher's ``collate_fn`` during one fetch and adds up the time it took."""
+
+    __slots__ = ("collate", "seconds")
+
+    def __init__(self, collate: Callable):
+        self.collate, self.seconds = collate, 0.0
+
+    def __call__(self, data):
+        start = clock()
+        try:
+            return self.collate(data)
+        finally:
+            self.seconds += clock() - start
+
+
+def _stamp(fetch: Callable, possibly_batched_index, worker: int, state: _ProcessState,
+           fetcher: Any = None) -> Stamped:
+    # collate_fn is timed where it runs (in the worker), by standing in for the fetcher's own
+    # attribute for this one call; the CPU time the process used tells computing from waiting.
+    collate = getattr(fetcher, "collate_fn", None)
+    timed = _TimedCollate(collate) if collate is not None else None
+    if timed is not None:
+        fetcher.collate_fn = timed
+    cpu = process_time()
     start = clock()
-    data = fetch(possibly_batched_index)  # StopIteration and errors pass through untouched
+    try:
+        data = fetch(possibly_batched_index)  # StopIteration and errors pass through untouched
+    finally:
+        if timed is not None:
+            fetcher.collate_fn = collate
     end = clock()
+    cpu = process_time() - cpu
     stamped = Stamped(data, worker, os.getpid(), start, end, state.seq,
-                      _indices_of(possibly_batched_index), state.ready)
+                      _indices_of(possibly_batched_index), state.ready, cpu,
+                      None if timed is None else timed.seconds)
     state.seq += 1
     return stamped
 
@@ -123,7 +159,7 @@ def _hooked_fetch(original):
         info = get_worker_info()
         if info is None or _STATE is None:  # not a recording worker: behave as torch does
             return original(self, possibly_batched_index)
-        return _stamp(functools.partial(original, self), possibly_batched_index, info.id, _STATE)
+        return _stamp(functools.partial(original, self), possibly_batched_index, info.id, _STATE, self)
 
     fetch.__dlllab_hooked__ = True
     return fetch
@@ -159,7 +195,8 @@ class MainProcessFetch:
         self.state = _ProcessState()
 
     def __call__(self, possibly_batched_index):
-        return _stamp(self.fetch, possibly_batched_index, MAIN_PROCESS, self.state)
+        return _stamp(self.fetch, possibly_batched_index, MAIN_PROCESS, self.state,
+                      getattr(self.fetch, "__self__", None))
 
 
 class GcMonitor:

@@ -24,7 +24,7 @@ from .hooks import MAIN_PROCESS, GcMonitor, MainProcessFetch, PrefetcherTimer, R
 from .report import progress_bar
 from .settings import loader_config
 from .timeline import BatchRecord, EpochRecord, Pause, Span, Timeline
-from .transfer import synchronize, to_device
+from .transfer import synchronize, to_device, wait_for_step
 
 
 def _no_step(batch: Any) -> None:
@@ -105,6 +105,7 @@ def record(
     if isinstance(loader.worker_init_fn, RecordingWorkerInit):
         raise RuntimeError("this loader is already being recorded (record() is not re-entrant)")
     step = step if step is not None else _no_step
+    check_importable(loader)
 
     batches: list[BatchRecord] = []
     epoch_records: list[EpochRecord] = []
@@ -187,6 +188,7 @@ def _record_epoch(loader, step, epoch, t0, batches, max_batches, device, wrap, o
             synchronize(device)
             copy_end = clock()
         step(data)
+        wait_for_step()  # a CUDA step is asynchronous: its end is when its work is done
         del data, item
         step_end = clock()
         if first_ready is None:
@@ -201,7 +203,7 @@ def _record_epoch(loader, step, epoch, t0, batches, max_batches, device, wrap, o
             sent=_since(stamped.sent, t0), received_start=_since(stamped.received_start, t0),
             received_end=_since(stamped.received_end, t0),
             pin_start=_since(stamped.pin_start, t0), pin_end=_since(stamped.pin_end, t0),
-            copy_end=_since(copy_end, t0))
+            copy_end=_since(copy_end, t0), fetch_cpu_s=stamped.fetch_cpu, collate_s=stamped.collate_s)
         batches.append(record_)
         del stamped
         if bar is not None:
@@ -222,6 +224,50 @@ def _record_epoch(loader, step, epoch, t0, batches, max_batches, device, wrap, o
     return EpochRecord(epoch=epoch, iter_start=iter_start - t0, iter_end=iter_end - t0,
                        first_ready=_since(first_ready, t0), end=end - t0,
                        worker_ready=worker_ready), spans
+
+
+class NotImportable(TypeError):
+    """Something the workers need cannot reach them under spawn or forkserver."""
+
+
+def check_importable(loader: DataLoader) -> None:
+    """Raise :class:`NotImportable` naming the fix when the loader's workers start by spawn or
+    forkserver and its dataset, sampler, ``collate_fn`` or ``worker_init_fn`` is a lambda, a
+    function or class defined inside another function, or defined in a notebook cell: each
+    worker receives them pickled *by name* and imports them, and these have no importable name
+    (PyTorch's own error is a bare "Can't pickle local object" or, from the dead worker,
+    "Can't get attribute ... on <module '__main__'>"). Under fork they are inherited, and fine."""
+    if loader.num_workers == 0:
+        return
+    context = loader.multiprocessing_context
+    import multiprocessing
+
+    method = context.get_start_method() if context is not None else multiprocessing.get_start_method()
+    if method == "fork":
+        return
+    import __main__
+
+    notebook = not hasattr(__main__, "__file__")
+    parts = {"dataset": loader.dataset, "sampler": loader.sampler, "batch_sampler": loader.batch_sampler,
+             "collate_fn": loader.collate_fn, "worker_init_fn": loader.worker_init_fn}
+    for part, obj in parts.items():
+        if obj is None or isinstance(obj, RecordingWorkerInit):
+            continue
+        target = obj if callable(obj) and hasattr(obj, "__qualname__") else type(obj)
+        qualname, module = getattr(target, "__qualname__", ""), getattr(target, "__module__", "")
+        why = ""
+        if "<lambda>" in qualname:
+            why = "is a lambda"
+        elif "<locals>" in qualname:
+            why = f"is defined inside a function ({qualname})"
+        elif module == "__main__" and notebook:
+            why = f"is defined in a notebook cell ({qualname})"
+        if why:
+            raise NotImportable(
+                f"the loader's {part} {why}: its workers start by {method}, and each one imports what it "
+                f"runs by name, which this cannot give. Define it at the top level of a .py file (a module "
+                f"you import, like the lab's helpers) and pass that — or use fork where it exists. "
+                f"(PyTorch's own error would be \"Can't pickle local object\" or \"Can't get attribute\".)")
 
 
 def _since(value: float | None, t0: float) -> float | None:

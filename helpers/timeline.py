@@ -39,6 +39,10 @@ class BatchRecord:
     pin_start: float | None = None  #: pinning thread starts pinning it (pin_memory=True)
     pin_end: float | None = None
     copy_end: float | None = None  #: the loop's copy to the device finished (``device=``)
+    #: CPU seconds the fetching process used during the fetch (all its threads): near ``fetch_s``
+    #: when loading computes, near 0 when it waits (disk, network, a sleep)
+    fetch_cpu_s: float | None = None
+    collate_s: float | None = None  #: seconds of the fetch spent in ``collate_fn``, where it ran
 
     @property
     def wait_s(self) -> float:

@@ -59,6 +59,15 @@ def synchronize(device: torch.device | str) -> None:
         torch.cuda.synchronize(device)
 
 
+def wait_for_step() -> None:
+    """Wait for the GPU work a training step queued, before a clock is read: a CUDA step is
+    asynchronous, and timed without this it costs only its kernel launches. Waits on this
+    process's current CUDA stream (the step's), not on side streams a prefetcher copies on; a
+    no-op in a process that has not initialised CUDA (every CPU-only run)."""
+    if torch.cuda.is_initialized():
+        torch.cuda.current_stream().synchronize()
+
+
 def _require_cuda(device: torch.device | str) -> torch.device:
     device = torch.device(device)
     if device.type != "cuda" or not torch.cuda.is_available():

@@ -9,7 +9,7 @@ import statistics
 import pytest
 import torch
 from conftest import make_loader
-from torch.utils.data import get_worker_info
+from torch.utils.data import DataLoader, get_worker_info
 
 import helpers
 from helpers.hooks import RecordingWorkerInit
@@ -362,3 +362,52 @@ def test_collections_are_measured_with_the_collector_restored():
     assert gc.isenabled() and gc.get_freeze_count() == 0
     assert len(times.alone_s) == 2 and times.after_start_s > 0
     assert times.frozen_median_s < times.alone_median_s
+
+
+# -- what the instrument adds for the diagnosis: CPU per fetch, collate where it runs, a CUDA step --
+@pytest.mark.parametrize("workers", [0, 1])
+def test_fetch_cpu_tells_computing_from_waiting_and_collate_is_timed_where_it_runs(workers):
+    def run(dataset, collate_fn=None):
+        extra = {} if collate_fn is None else {"collate_fn": collate_fn}
+        return helpers.record(DataLoader(dataset, batch_size=2, num_workers=workers, **extra), progress=False)
+
+    computing = run(helpers.WorkDataset(8, item_cpu_s=0.01))
+    waiting = run(helpers.WorkDataset(8, item_wait_s=0.01))
+    assert all(b.fetch_cpu_s >= 0.6 * b.fetch_s for b in computing.batches)
+    assert all(b.fetch_cpu_s <= 0.3 * b.fetch_s for b in waiting.batches)
+    slow = run(helpers.WorkDataset(8), collate_fn=helpers.SlowCollate(0.02))
+    assert all(0.019 <= b.collate_s <= b.fetch_s for b in slow.batches)
+
+
+def test_a_lambda_or_local_class_under_spawn_gets_the_fix_named(monkeypatch):
+    from helpers.recorder import NotImportable
+
+    lam = DataLoader(helpers.WorkDataset(4), batch_size=2, num_workers=1, multiprocessing_context="spawn",
+                     collate_fn=lambda samples: samples)
+    with pytest.raises(NotImportable, match="collate_fn is a lambda.*top level of a .py file"):
+        helpers.record(lam, progress=False)
+
+    class Local(helpers.WorkDataset):
+        pass
+
+    local = DataLoader(Local(4), batch_size=2, num_workers=1, multiprocessing_context="forkserver")
+    with pytest.raises(NotImportable, match="dataset is defined inside a function"):
+        helpers.record(local, progress=False)
+    forked = DataLoader(Local(4), batch_size=2, num_workers=1, multiprocessing_context="fork",
+                        collate_fn=lambda samples: len(samples))
+    assert len(helpers.record(forked, progress=False).batches) == 2  # fork inherits them: fine
+
+
+def test_a_cuda_step_is_waited_for_before_the_clock_is_read(monkeypatch):
+    import torch
+
+    waited = []
+
+    class Stream:
+        def synchronize(self):
+            waited.append(True)
+
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda *a, **k: Stream())
+    helpers.record(DataLoader(helpers.WorkDataset(6), batch_size=2), progress=False)
+    assert len(waited) == 3
