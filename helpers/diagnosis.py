@@ -4,20 +4,28 @@ It records the loader with the lab's instrument (:func:`helpers.record`), then r
 same steps on batches it kept from that run (the cache replay: data instantly there — the
 speed limit of the loop), and reports:
 
-- the **headspace**: how much faster the loop would run if data were free;
-- the share of time the loop **waited** for data;
-- **where the time goes** per batch: worker start-up, fetch (the dataset and the collate in a
-  worker), the collate alone (measured once in this process), receive (unpickling in the main
-  process), pin, the copy to the device;
+- the **headspace**: how much faster the loop would run if data were free, and the share of
+  time the loop **waited** for data on the TF profiler's scale (under 5 % of step time: not
+  input-bound; 5–20 %: moderately; over 20 %: highly input-bound);
+- **where the time goes** per batch: worker start-up, fetch (mean and median; of it, the
+  ``collate_fn``, timed in the worker where it runs, and the CPU the fetch used — computing
+  or waiting), the main process's own share m (receive, pin, the loop's hand-over), the copy to
+  the device, the step;
 - **recommendations** derived from the lab's models, each with the number that triggered it:
-  workers from the sizing rule x = ⌈n / (y + m)⌉ (notebook 02), prefetch depth from the
-  measured spread of fetch times (03), persistent workers when start-up is a large share
-  (05), pinning when the copy is (06), and a cheaper collate or batched fetching (08).
+  workers from the sizing rule x = ⌈n / (y + m)⌉ with the *mean* fetch (notebook 02), capped
+  by the effective cores when the fetch computes (04, 14); ``in_order=False`` when slow
+  batches land on one worker and a deeper prefetch when they are spread (03, 09); persistent
+  workers when start-up is a large share (05); pinning when the copy is (06); a cheaper collate
+  (08); and the main process's share when it, not the workers, bounds the step (11).
+
+``verify=True`` then follows the advice: it applies the first recommendation that is a
+``DataLoader`` setting to a copy of the loader, runs again, reports the measured time per step
+beside the prediction (and the noise of the measurement), then the next one.
 
 One picture (:meth:`Diagnosis.plot`), one table (:meth:`Diagnosis.table`), one Perfetto trace
 (:meth:`Diagnosis.trace`). From a terminal, for a script outside Jupyter::
 
-    python -m helpers.diagnose my_module:make_loader --steps 200
+    python -m helpers.diagnose my_module:make_loader --steps 200 --step-ms 30 --verify
 
 :func:`profile` records the same run under ``torch.profiler`` and writes one trace with the
 profiler's ``enumerate(DataLoader)#…__next__`` spans beside the lab's waits.
@@ -27,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import json
 import math
 import os
@@ -38,15 +47,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, IterableDataset
 
-from .config import available_cores
+from . import torch_internals
+from .cores import cpu_limits
 from .recorder import record
-from .theory import recommend_num_workers
+from .settings import HAS_IN_ORDER
+from .theory import main_shares, measured_main_s, recommend_num_workers
 from .timeline import Timeline
 
-#: The loop waiting less than this share of the run is not input-bound.
-INPUT_BOUND = 0.10
+#: The TF profiler's scale: the share of step time spent waiting for input, and its label.
+SCALE = ((0.05, "not input-bound"), (0.20, "moderately input-bound"), (math.inf, "highly input-bound"))
+#: The loop waiting at least this share (after each epoch's first batch) gets data advice.
+INPUT_BOUND = 0.05
 #: Start-up above this share of the run is worth avoiding.
 STARTUP_SHARE = 0.10
 #: A copy above this share of the step is worth overlapping.
@@ -55,6 +68,17 @@ COPY_SHARE = 0.10
 COLLATE_SHARE = 0.30
 #: Fetch times whose 90th percentile is this many times their median vary.
 SPREAD = 2.0
+#: A fetch that keeps its process's CPU busy this share of its time computes (is CPU-bound).
+CPU_BOUND = 0.5
+#: The main process's own share m above this share of the loop's time per step bounds it.
+MAIN_SHARE = 0.25
+#: Slow fetches count as landing on one worker when this share of them did.
+CONCENTRATED = 0.7
+
+
+def input_scale(share: float) -> str:
+    """The TF profiler's label for a wait share (``SCALE``)."""
+    return next(label for bound, label in SCALE if share < bound)
 
 
 @dataclass(frozen=True)
@@ -62,6 +86,44 @@ class Recommendation:
     knob: str  #: what to change: "num_workers", "prefetch_factor", "persistent_workers", ...
     advice: str  #: the change, in words
     because: str  #: the measured number that triggered it
+    #: the DataLoader arguments that follow it (None: a change to code, not to a setting)
+    change: dict[str, Any] | None = None
+    #: the time per step the lab's model predicts after the change (s; None: no prediction)
+    predicted_s: float | None = None
+    #: what the prediction is about: "steady" (time per step once each epoch's first batch is in
+    #: hand) or "run" (the whole run's wall time per step, start-up included)
+    measure: str = "steady"
+
+
+@dataclass
+class Followed:
+    """One recommendation followed by :func:`diagnose` (``verify=True``)."""
+
+    recommendation: Recommendation
+    before_s: float  #: time per step before (``recommendation.measure``)
+    after_s: float  #: ...and after the change, measured
+    noise_s: float  #: the measurement's noise: twice the standard error of the two means, added
+    after: Diagnosis  #: the diagnosis of the changed loader
+
+    @property
+    def predicted_s(self) -> float:
+        return self.recommendation.predicted_s
+
+    @property
+    def tolerance_s(self) -> float:
+        """How far the measurement may land from the prediction: 15 % of it, or the noise."""
+        return max(0.15 * self.predicted_s, self.noise_s)
+
+    @property
+    def as_predicted(self) -> bool:
+        return abs(self.after_s - self.predicted_s) <= self.tolerance_s
+
+    def describe(self) -> str:
+        r = self.recommendation
+        verdict = "as predicted" if self.as_predicted else "NOT as predicted"
+        return (f"{r.knob}: {self.before_s * 1e3:.1f} → {self.after_s * 1e3:.1f} ms per step "
+                f"({self.before_s / self.after_s:.2f}×); predicted {self.predicted_s * 1e3:.1f} ms "
+                f"± {self.tolerance_s * 1e3:.1f}: {verdict}")
 
 
 @dataclass(repr=False)
@@ -69,9 +131,14 @@ class Diagnosis:
     """What :func:`diagnose` measured; shows as a table in a notebook."""
 
     timeline: Timeline
-    replay_step_s: float  #: the loop's time per step on cached batches (the speed limit)
-    collate_s: float | None  #: one batch's collate_fn in this process (None: not measurable)
+    #: the loop's time per step on cached batches (the speed limit); None when no step was given
+    replay_step_s: float | None
     recommendations: list[Recommendation] = field(default_factory=list)
+    followed: list[Followed] = field(default_factory=list)  #: with ``verify=True``
+    cores: str = ""  #: the effective cores and where they came from (:func:`helpers.cpu_limits`)
+    #: the main process's time to take a batch in, measured alone after the run (s): unpickling a
+    #: kept batch as it arrived from a worker, with no worker competing for a core. None: 0 workers
+    receive_alone_s: float | None = None
 
     # -- what the run measured ------------------------------------------------------
     @property
@@ -84,9 +151,18 @@ class Diagnosis:
         return self.timeline.wall_s / max(self.steps, 1)
 
     @property
+    def steady_step_s(self) -> float:
+        """Time per step once each epoch's first batch was in hand (start-up left out): the mean
+        interval between steps, which throughput follows."""
+        later = self.steps - len(self.timeline.epochs)
+        return (self.timeline.wall_s - self.startup_s) / later if later > 0 else self.step_s
+
+    @property
     def headspace(self) -> float:
         """How many times faster the loop would run if data were there instantly."""
-        return self.step_s / self.replay_step_s if self.replay_step_s > 0 else float("inf")
+        if not self.replay_step_s:
+            return float("nan")
+        return self.step_s / self.replay_step_s
 
     @property
     def wait_share(self) -> float:
@@ -102,58 +178,117 @@ class Diagnosis:
         return waits / rest if rest > 0 else 0.0
 
     @property
+    def steady_data_wait_share(self) -> float:
+        """The part of :attr:`steady_wait_share` the loop spent waiting for a batch that was not
+        yet ready to take (a worker still building it): what more workers, in order or a deeper
+        prefetch can shorten. The rest is m, the main process taking the batch in."""
+        firsts = {e.epoch: e.first_ready for e in self.timeline.epochs}
+        split = zip(self.timeline.batches, main_shares(self.timeline), strict=True)
+        waits = sum(data for b, (data, _) in split if b.ready != firsts.get(b.epoch))
+        rest = self.timeline.wall_s - self.startup_s
+        return waits / rest if rest > 0 else 0.0
+
+    @property
+    def scale(self) -> str:
+        """The TF profiler's label for :attr:`steady_wait_share`."""
+        return input_scale(self.steady_wait_share)
+
+    @property
     def startup_s(self) -> float:
         """Time from ``iter(loader)`` to each epoch's first batch, summed over the epochs."""
         return sum(e.first_batch_s or 0.0 for e in self.timeline.epochs)
 
+    @property
+    def fetch_mean_s(self) -> float:
+        return statistics.fmean(b.fetch_s for b in self.timeline.batches)
+
+    @property
+    def fetch_median_s(self) -> float:
+        return statistics.median(b.fetch_s for b in self.timeline.batches)
+
+    @property
+    def cpu_share(self) -> float | None:
+        """The median share of a fetch's time its process spent on the CPU: near 1 when loading
+        computes (decoding, augmenting), near 0 when it waits (disk, network). None: unknown."""
+        shares = [b.fetch_cpu_s / b.fetch_s for b in self.timeline.batches
+                  if b.fetch_cpu_s is not None and b.fetch_s > 0]
+        return statistics.median(shares) if shares else None
+
+    @property
+    def collate_s(self) -> float | None:
+        """The median time of ``collate_fn`` per batch, where it ran (a worker)."""
+        values = [b.collate_s for b in self.timeline.batches if b.collate_s is not None]
+        return statistics.median(values) if values else None
+
+    @property
+    def main_s(self) -> float:
+        """m: the main process's own time per batch once the batch was its to take
+        (:func:`helpers.theory.measured_main_s`)."""
+        return measured_main_s(self.timeline)
+
     def breakdown(self) -> dict[str, float]:
-        """Median seconds per batch of each part (start-up: per epoch)."""
+        """Seconds per batch of each part (medians; start-up per epoch; the fetch's mean too)."""
         b = self.timeline.batches
         med = statistics.median
         parts = {
             "start-up (per epoch)": self.startup_s / max(len(self.timeline.epochs), 1),
-            "fetch in a worker (dataset + collate)": med(x.fetch_s for x in b),
+            "fetch in a worker (dataset + collate), mean": self.fetch_mean_s,
+            "fetch in a worker (dataset + collate), median": self.fetch_median_s,
+        }
+        if self.collate_s is not None:
+            parts["...of it collate_fn (timed in the worker)"] = self.collate_s
+        parts.update({
             "receive (unpickle in the main process)": med(x.receive_s for x in b),
+            **({} if self.receive_alone_s is None else
+               {"...the same alone, after the run": self.receive_alone_s}),
+            "main process per batch (m)": self.main_s,
             "copy to the device": med(x.copy_s for x in b),
             "step": med(x.step_s for x in b),
             "loop waiting": med(x.wait_s for x in b),
-        }
+        })
         pins = [x.pin_end - x.pin_start for x in b if x.pin_start is not None and x.pin_end is not None]
         if pins:
             parts["pin (pin_memory thread)"] = med(pins)
-        if self.collate_s is not None:
-            parts["collate_fn alone (measured once here)"] = self.collate_s
         return parts
 
     # -- views ----------------------------------------------------------------------------
-    def table(self):
-        from .report import table
-
+    def rows(self) -> list[list[str]]:
+        replay = "no step given" if self.replay_step_s is None else f"{self.replay_step_s * 1e3:.1f} ms"
         rows = [
             ["steps recorded", f"{self.steps}"],
             ["time per step (real run)", f"{self.step_s * 1e3:.1f} ms"],
-            ["time per step on cached batches (speed limit)", f"{self.replay_step_s * 1e3:.1f} ms"],
-            ["headspace", f"{self.headspace:.2f}×"],
+            ["time per step on cached batches (speed limit)", replay],
+            ["headspace", "—" if self.replay_step_s is None else f"{self.headspace:.2f}×"],
             ["loop waiting for data", f"{self.wait_share:.0%} of the run"],
-            ["...after each epoch's first batch", f"{self.steady_wait_share:.0%}"],
+            ["...after each epoch's first batch", f"{self.steady_wait_share:.0%}: {self.scale} "
+             "(TF profiler's scale: under 5 % / 5–20 % / over 20 %)"],
+            ["...of it waiting for a batch not yet built",
+             f"{self.steady_data_wait_share:.0%} (the rest: the main process taking batches in)"],
         ]
+        if self.cpu_share is not None:
+            rows.append(["CPU used by a fetch", f"{self.cpu_share:.0%} of its time "
+                         f"({'computing' if self.cpu_share >= CPU_BOUND else 'waiting'})"])
+        if self.cores:
+            rows.append(["cores", self.cores])
         rows += [[name, f"{s * 1e3:.2f} ms"] for name, s in self.breakdown().items()]
         rows += [[f"→ {r.knob}", f"{r.advice} ({r.because})"] for r in self.recommendations]
-        return table(["", "measured"], rows, caption=self.timeline.describe())
+        rows += [["followed", f.describe()] for f in self.followed]
+        return rows
+
+    def table(self):
+        from .report import table
+
+        return table(["", "measured"], self.rows(), caption=self.timeline.describe())
 
     def __str__(self) -> str:
-        lines = [
-            f"{self.timeline.describe()}: {self.steps} steps",
-            f"  time per step {self.step_s * 1e3:.1f} ms; "
-            f"on cached batches {self.replay_step_s * 1e3:.1f} ms "
-            f"(the speed limit): headspace {self.headspace:.2f}×",
-            f"  the loop waited {self.wait_share:.0%} of the run ({self.steady_wait_share:.0%} after each "
-            "epoch's first batch)",
-        ]
-        lines += [f"  {name}: {s * 1e3:.2f} ms" for name, s in self.breakdown().items()]
+        lines = [f"{self.timeline.describe()}: {self.steps} steps"]
+        lines += [f"  {name}: {value}" for name, value in self.rows() if not name.startswith("→")
+                  and name != "followed"]
         lines += ["recommendations:"] + [
             f"  → {r.knob}: {r.advice}\n      because {r.because}" for r in self.recommendations
         ]
+        if self.followed:
+            lines += ["followed (verify):"] + [f"  {f.describe()}" for f in self.followed]
         return "\n".join(lines)
 
     def __repr__(self) -> str:
@@ -163,17 +298,23 @@ class Diagnosis:
         return self.table()._repr_html_()
 
     def plot(self, title: str | None = None):
-        """The run's timeline with the headspace and the recommendations in its title."""
+        """The run's timeline with the headspace and the recommendations in its title; with
+        ``verify=True``, the timelines before and after each followed recommendation."""
+        advice = "; ".join(r.knob for r in self.recommendations) or "none"
+        headline = title or (f"headspace {self.headspace:.2f}× · waiting {self.steady_wait_share:.0%} "
+                             f"({self.scale}) · recommendations: {advice}")
+        if self.followed:
+            from .plots import plot_timelines
+
+            titles = [f"before: {headline}"] + [
+                f"after {f.recommendation.knob} ({_describe_change(f.recommendation.change)}): "
+                f"{f.before_s * 1e3:.1f} → {f.after_s * 1e3:.1f} ms per step, "
+                f"predicted {f.predicted_s * 1e3:.1f}"
+                for f in self.followed]
+            return plot_timelines([self.timeline] + [f.after.timeline for f in self.followed], titles=titles)
         from .plots import plot_timeline
 
-        advice = "; ".join(r.knob for r in self.recommendations) or "none"
-        return plot_timeline(
-            self.timeline,
-            title=title
-            or (
-                f"headspace {self.headspace:.2f}× · waiting {self.wait_share:.0%} · recommendations: {advice}"
-            ),
-        )
+        return plot_timeline(self.timeline, title=headline)
 
     def trace(self, path: str | os.PathLike) -> Path:
         """A Perfetto / chrome://tracing trace of the run."""
@@ -183,20 +324,25 @@ class Diagnosis:
         return [r.knob for r in self.recommendations]
 
 
-def _collate_once(loader: DataLoader) -> float | None:
-    """Seconds for ``collate_fn`` on one batch of samples fetched here (map-style, automatic
-    batching only; None otherwise)."""
-    if loader.batch_sampler is None or not hasattr(loader.dataset, "__getitem__"):
-        return None
-    try:
-        indices = next(iter(loader.batch_sampler))
-        getitems = getattr(loader.dataset, "__getitems__", None)
-        samples = getitems(indices) if getitems else [loader.dataset[i] for i in indices]
-        start = time.perf_counter()
-        loader.collate_fn(samples)
-        return time.perf_counter() - start
-    except Exception:  # noqa: BLE001 - a dataset that cannot be read here: the number is left out
-        return None
+def _describe_change(change: dict[str, Any] | None) -> str:
+    return ", ".join(f"{k}={v}" for k, v in (change or {}).items())
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.1f} ms"
+
+
+def _slow_batches(tl: Timeline) -> tuple[float, float, dict[int, int]]:
+    """(median, 90th percentile of the fetch times, slow fetches per worker): a fetch is slow
+    when it took at least ``SPREAD`` times the median."""
+    fetches = sorted(b.fetch_s for b in tl.batches)
+    median = statistics.median(fetches)
+    p90 = fetches[int(0.9 * (len(fetches) - 1))]
+    per_worker: dict[int, int] = {}
+    for b in tl.batches:
+        if median > 0 and b.fetch_s >= SPREAD * median:
+            per_worker[b.worker] = per_worker.get(b.worker, 0) + 1
+    return median, p90, per_worker
 
 
 def recommend(d: Diagnosis, loader: DataLoader, *, device: Any = None) -> list[Recommendation]:
@@ -204,88 +350,172 @@ def recommend(d: Diagnosis, loader: DataLoader, *, device: Any = None) -> list[R
     out: list[Recommendation] = []
     tl, parts = d.timeline, d.breakdown()
     workers = loader.num_workers
-    fetch = parts["fetch in a worker (dataset + collate)"]
-    main = parts["receive (unpickle in the main process)"] + parts["copy to the device"]
     epochs = len(tl.epochs)
     startup_share = d.startup_s / tl.wall_s if tl.wall_s > 0 else 0.0
-    input_bound = d.steady_wait_share >= INPUT_BOUND
     if workers > 0 and not loader.persistent_workers and epochs > 1 and startup_share >= STARTUP_SHARE:
-        out.append(
-            Recommendation(
-                "persistent_workers",
-                "persistent_workers=True: start the workers once, not every epoch",
-                f"start-up took {d.startup_s:.2f} s over {epochs} epochs, {startup_share:.0%} of the run",
-            )
-        )
-    if d.collate_s is not None and d.collate_s >= COLLATE_SHARE * fetch and input_bound:
-        out.append(
-            Recommendation(
-                "collate_fn",
-                "a cheaper collate_fn (or build batches in __getitems__: notebook 08)",
-                f"collate_fn takes {d.collate_s * 1e3:.1f} ms of the {fetch * 1e3:.1f} ms "
-                "a worker spends per batch",
-            )
-        )
-    if input_bound:
-        needed = recommend_num_workers(fetch, d.replay_step_s, main_s=main)
-        if needed > max(workers, 1) or (workers == 0 and fetch > d.replay_step_s):
-            cores = available_cores()
-            note = (
-                f"; more than the {cores} cores only helps if loading waits rather than computes"
-                if needed > cores
-                else ""
-            )
-            out.append(
-                Recommendation(
-                    "num_workers",
-                    f"num_workers={needed} (now {workers}){note}",
-                    f"a batch takes {fetch * 1e3:.1f} ms to fetch, "
-                    f"the loop {d.replay_step_s * 1e3:.1f} ms per step "
-                    f"and {main * 1e3:.1f} ms to receive it: x = ⌈n / (y + m)⌉ = {needed}",
-                )
-            )
-        fetches = sorted(b.fetch_s for b in tl.batches)
-        if len(fetches) >= 10 and workers > 0:
-            p90 = fetches[int(0.9 * (len(fetches) - 1))]
-            median = statistics.median(fetches)
-            if median > 0 and p90 / median >= SPREAD:
+        later = d.startup_s - (tl.epochs[0].first_batch_s or 0.0)
+        out.append(Recommendation(
+            "persistent_workers", "persistent_workers=True: start the workers once, not every epoch",
+            f"start-up took {d.startup_s:.2f} s over {epochs} epochs, {startup_share:.0%} of the run",
+            {"persistent_workers": True}, (tl.wall_s - later) / d.steps, "run"))
+    if d.replay_step_s is None:
+        rate = 1 / d.steady_step_s if d.steady_step_s > 0 else float("nan")
+        out.append(Recommendation(
+            "step", "diagnose again with your training step (a function, or --step-ms with its time): "
+            "whether the loader keeps up depends on it",
+            f"without a step the loader alone delivered {rate:.1f} batches/s ({_ms(d.steady_step_s)} per "
+            f"batch) after start-up, a fetch taking {_ms(d.fetch_mean_s)} on average"))
+        return out
+
+    n, y, m = d.fetch_mean_s, d.replay_step_s, d.main_s
+    loop_s = y + m
+    limits = cpu_limits()
+    cores = limits.whole
+    input_bound = d.steady_data_wait_share >= INPUT_BOUND  # waiting for batches not yet built
+    needed = recommend_num_workers(n, y, main_s=m)
+    cpu_bound = d.cpu_share is not None and d.cpu_share >= CPU_BOUND
+    rule = (f"a batch takes {_ms(n)} to fetch on average (median {_ms(d.fetch_median_s)}), the loop "
+            f"{_ms(y)} per step and {_ms(m)} of its own per batch: x = ⌈n / (y + m)⌉ = {needed}")
+    if input_bound and d.collate_s is not None and d.collate_s >= COLLATE_SHARE * n:
+        out.append(Recommendation(
+            "collate_fn", "a cheaper collate_fn (or build batches in __getitems__: notebook 08)",
+            f"collate_fn takes {_ms(d.collate_s)} of the {_ms(n)} a worker spends per batch",
+            None, max((n - d.collate_s) / max(workers, 1), loop_s)))
+    waiting = d.steady_wait_share >= INPUT_BOUND
+    saturated = cpu_bound and workers >= cores
+    # The main process's own share, without workers competing for its core: when the cores are
+    # full, m swells with waiting for one, and only the share measured alone says what is its own.
+    own_m = m if d.receive_alone_s is None else min(m, d.receive_alone_s + max(m - parts[
+        "receive (unpickle in the main process)"], 0.0))
+    main_bound = waiting and own_m >= 0.001 and own_m >= MAIN_SHARE * (y + own_m)
+    if main_bound:
+        out.append(Recommendation(
+            "main_process", "make the main process's share per batch smaller: fewer and smaller tensors per "
+            "batch (uint8, one stacked tensor), normalise on the device (notebooks 11, 14)",
+            f"the main process spends {_ms(own_m)} per batch taking it in (measured alone), "
+            f"{own_m / (y + own_m):.0%} of the loop's {_ms(y + own_m)} per step: no number of workers makes "
+            "a step shorter than y + m"))
+    if waiting and saturated and not main_bound:
+        # The workers' computing fills the cores; the main process waits for one too (its m swells).
+        out.append(Recommendation(
+            "sample_cost", "make each sample cheaper to load (decode less or smaller, resize earlier, "
+            "augment on the GPU: notebooks 04 and 14); more workers cannot help here",
+            f"the fetch computes (the CPU {d.cpu_share:.0%} of its time) and the {workers} workers already "
+            f"fill the {limits.describe()}: the main process, short of a core, takes {_ms(m)} to take each "
+            f"batch in ({_ms(own_m)} alone); the sizing rule would ask for {needed}"))
+    elif input_bound and workers < needed and not main_bound:
+        if not cpu_bound:
+            cpu = "" if d.cpu_share is None else f" (the fetch used the CPU {d.cpu_share:.0%} of its time)"
+            beyond = (f"; more workers than the {cores} effective cores is fine: the fetches wait rather "
+                      "than compute" + cpu) if needed > cores else cpu
+            out.append(Recommendation("num_workers", f"num_workers={needed} (now {workers})", rule + beyond,
+                                      {"num_workers": needed}, max(n / needed, loop_s)))
+        else:
+            target = min(needed, cores)
+            past = (f"; the rule asks for {needed}, but past the cores make each sample cheaper to load "
+                    "(notebooks 04, 14)") if needed > cores else ""
+            out.append(Recommendation(
+                "num_workers", f"num_workers={target} (now {workers})",
+                f"{rule}; the fetch computes (the CPU {d.cpu_share:.0%} of its time), so workers beyond the "
+                f"{limits.describe()} add nothing{past}",
+                {"num_workers": target}, max(n / target, loop_s)))
+    elif input_bound and workers > 0 and len(tl.batches) >= 10 and not main_bound:
+        median, p90, slow = _slow_batches(tl)
+        if median > 0 and p90 / median >= SPREAD and slow:
+            worker, count = max(slow.items(), key=lambda kv: kv[1])
+            total = sum(slow.values())
+            spread = f"fetch times vary: 90th percentile {_ms(p90)}, median {_ms(median)}"
+            in_order = HAS_IN_ORDER and getattr(loader, "in_order", True)
+            if workers >= 2 and count >= CONCENTRATED * total and in_order:
+                out.append(Recommendation(
+                    "in_order", "in_order=False: let the other workers' batches overtake the slow ones "
+                    "(costs a fixed order: notebooks 09, 15)",
+                    f"{spread}; {count} of the {total} slow batches came from worker {worker}: in order the "
+                    "loop waits behind each, and a deeper prefetch cannot help a worker that gets every "
+                    "slow batch",
+                    {"in_order": False}, max(n / workers, loop_s)))
+            elif workers == 1:
+                out.append(Recommendation(
+                    "num_workers", "num_workers=2 (now 1): a second worker builds the next batch while the "
+                    "first is on a slow one", f"{spread}; one worker gets every slow batch",
+                    {"num_workers": 2}, max(n / 2, loop_s)))
+            else:
                 depth = math.ceil((loader.prefetch_factor or 2) * p90 / median)
-                out.append(
-                    Recommendation(
-                        "prefetch_factor",
-                        f"prefetch_factor={depth} (now {loader.prefetch_factor}): cover the slow fetches",
-                        f"fetch times vary: 90th percentile {p90 * 1e3:.1f} ms, median {median * 1e3:.1f} ms",
-                    )
-                )
+                out.append(Recommendation(
+                    "prefetch_factor", f"prefetch_factor={depth} (now {loader.prefetch_factor}): start the "
+                    "slow fetches earlier", f"{spread}, spread over {len(slow)} workers; on average the "
+                    f"workers keep up ({workers} ≥ the rule's {needed})",
+                    {"prefetch_factor": depth}, max(n / workers, loop_s)))
     copy = parts["copy to the device"]
     if device is not None and not loader.pin_memory and copy >= COPY_SHARE * max(parts["step"], 1e-9):
-        out.append(
-            Recommendation(
-                "pin_memory",
-                "pin_memory=True and non_blocking copies (notebook 06)",
-                f"the copy takes {copy * 1e3:.1f} ms per step, {copy / parts['step']:.0%} of the step",
-            )
-        )
+        out.append(Recommendation(
+            "pin_memory", "pin_memory=True and non_blocking copies (notebook 06)",
+            f"the copy takes {_ms(copy)} per step, {copy / parts['step']:.0%} of the step",
+            {"pin_memory": True}))
     if not out and input_bound:
-        out.append(
-            Recommendation(
-                "unexplained",
-                "the loop waits, and no knob the lab models explains it: read the timeline "
-                "(main-process work between batches, garbage collection, a slow first epoch)",
-                f"after each epoch's first batch the loop waited {d.steady_wait_share:.0%} with "
-                f"{workers} workers, as many as the sizing rule asks for",
-            )
-        )
+        out.append(Recommendation(
+            "unexplained", "the loop waits, and no knob the lab models explains it: read the timeline "
+            "(the loop's own work between batches, garbage collection, a slow first epoch)",
+            f"after each epoch's first batch the loop waited {d.steady_data_wait_share:.0%} for batches not "
+            f"yet built ({d.scale}) with {workers} workers, the sizing rule's {needed} or more"))
     if not out:
-        out.append(
-            Recommendation(
-                "none",
-                "the loader keeps up: make the step faster, not the data",
-                f"after each epoch's first batch the loop waited {d.steady_wait_share:.0%}; "
-                f"start-up took {startup_share:.0%} of the run",
-            )
-        )
+        out.append(Recommendation(
+            "none", "the loader keeps up: make the step faster, not the data",
+            f"after each epoch's first batch the loop waited {d.steady_wait_share:.0%} ({d.scale}), "
+            f"{d.steady_data_wait_share:.0%} for batches not yet built; start-up took {startup_share:.0%} of "
+            "the run"))
     return out
+
+
+# -- following the advice ---------------------------------------------------------------------
+def with_changes(loader: DataLoader, **changes: Any) -> DataLoader:
+    """A new ``DataLoader`` like ``loader`` (the same dataset, sampler or batch sampler, collate_fn,
+    worker_init_fn, generator, start method, …) with some arguments changed. Keeps what PyTorch
+    requires consistent: ``prefetch_factor`` back to its default and ``persistent_workers`` off
+    with 0 workers."""
+    params = inspect.signature(DataLoader).parameters
+    unknown = set(changes) - set(params)
+    if unknown:
+        raise TypeError(f"DataLoader has no argument {', '.join(sorted(unknown))}")
+    kwargs: dict[str, Any] = {
+        "num_workers": loader.num_workers, "collate_fn": loader.collate_fn, "pin_memory": loader.pin_memory,
+        "timeout": loader.timeout, "worker_init_fn": loader.worker_init_fn,
+        "multiprocessing_context": loader.multiprocessing_context, "generator": loader.generator,
+        "prefetch_factor": loader.prefetch_factor, "persistent_workers": loader.persistent_workers,
+        "pin_memory_device": loader.pin_memory_device,
+    }
+    if "in_order" in params:
+        kwargs["in_order"] = getattr(loader, "in_order", True)
+    if isinstance(loader.dataset, IterableDataset):
+        kwargs.update(batch_size=loader.batch_size, drop_last=loader.drop_last)
+    elif loader.batch_size is None and loader.batch_sampler is not None:  # the user's batch_sampler
+        kwargs["batch_sampler"] = loader.batch_sampler
+    else:
+        kwargs.update(batch_size=loader.batch_size, drop_last=loader.drop_last, sampler=loader.sampler)
+    kwargs.update(changes)
+    if kwargs["num_workers"] == 0:
+        kwargs.update(prefetch_factor=None, persistent_workers=False, multiprocessing_context=None)
+    elif "num_workers" in changes and loader.num_workers == 0 and "prefetch_factor" not in changes:
+        kwargs["prefetch_factor"] = None  # the default (2) for the new workers
+    return DataLoader(loader.dataset, **kwargs)
+
+
+def _mean_and_noise(d: Diagnosis, measure: str) -> tuple[float, float]:
+    """Time per step (steady or whole run) and twice its standard error (s)."""
+    if measure == "run":
+        return d.step_s, 0.0
+    firsts = {e.epoch: e.first_ready for e in d.timeline.epochs}
+    steady = sorted((b for b in d.timeline.batches if b.ready != firsts.get(b.epoch)),
+                    key=lambda b: b.step_end)
+    gaps = [later.step_end - earlier.step_end for earlier, later in zip(steady, steady[1:], strict=False)
+            if later.epoch == earlier.epoch]
+    if len(gaps) < 3:
+        return d.steady_step_s, 0.0
+    return d.steady_step_s, 2 * statistics.stdev(gaps) / math.sqrt(len(gaps))
+
+
+# -- the diagnosis ---------------------------------------------------------------------------------
+_SELF_CHECKED = False
 
 
 def diagnose(
@@ -295,39 +525,94 @@ def diagnose(
     steps: int = 200,
     device: Any = None,
     replay: int = 32,
+    verify: bool | int = False,
     progress: bool | str = True,
 ) -> Diagnosis:
     """Diagnose ``loader`` (any ``DataLoader``) run with ``step`` for ``steps`` batches (over as
     many epochs as that takes); see the module docstring. ``step`` runs again in the replay, on
     up to ``replay`` batches kept from the run (mind a step with side effects: a real optimiser
-    step would update the model again)."""
+    step would update the model again); a CUDA step is waited for before each clock reading.
+    Without a step the loader is timed alone and no worker count is derived. ``verify=True``
+    (or a number of rounds, default 2) follows the recommendations that are loader settings,
+    one at a time, and measures each (:attr:`Diagnosis.followed`)."""
+    global _SELF_CHECKED
     if not isinstance(loader, DataLoader):
         raise TypeError(f"diagnose() needs a torch.utils.data.DataLoader, got {type(loader).__name__}")
-    if not isinstance(steps, int) or steps < 2:
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 2:
         raise ValueError(f"steps must be an integer of at least 2, got {steps!r}")
-    step = step if step is not None else (lambda batch: None)
+    if step is not None and not callable(step):
+        raise TypeError(f"step must be a function that takes a batch, got {type(step).__name__}")
+    if not _SELF_CHECKED:  # the instrument's private torch parts, against this torch (names what moved)
+        torch_internals.self_check()
+        _SELF_CHECKED = True
+    try:
+        per_epoch = len(loader)
+    except TypeError:
+        per_epoch = steps
+    if per_epoch == 0:
+        raise ValueError("the loader has no batches (len(loader) is 0): its dataset is empty, or "
+                         "drop_last=True with fewer samples than batch_size")
     kept: list[Any] = []
 
     def keep_and_step(batch: Any) -> Any:
         if len(kept) < replay:
             kept.append(batch)
-        return step(batch)
+        return None if step is None else step(batch)
 
-    try:
-        per_epoch = len(loader)
-    except TypeError:
-        per_epoch = steps
     epochs = max(1, math.ceil(steps / max(per_epoch, 1)))
-    timeline = record(
-        loader,
-        keep_and_step,
-        epochs=epochs,
-        max_batches=steps,
-        device=device,
-        progress="diagnosing" if progress is True else progress,
-    )
-    # The replay: the same steps, each on a batch already in hand (copied to the device as in the run).
-    from .transfer import synchronize, to_device
+    label = "diagnosing" if progress is True else progress
+    timeline = record(loader, keep_and_step, epochs=epochs, max_batches=steps, device=device, progress=label)
+    if len(timeline.batches) < 2:
+        raise ValueError(f"the loader gave {len(timeline.batches)} batch(es) in {epochs} epoch(s): a "
+                         "diagnosis needs at least 2 (is the dataset empty, or an iterable that yields "
+                         "nothing?)")
+    d = Diagnosis(timeline, _replay(step, kept, steps, device) if step is not None else None,
+                  cores=cpu_limits().describe(),
+                  receive_alone_s=_receive_alone(kept) if loader.num_workers > 0 else None)
+    d.recommendations = recommend(d, loader, device=device)
+    rounds = 2 if verify is True else int(verify)
+    current = (loader, d)
+    for _ in range(rounds):
+        following = next((r for r in current[1].recommendations
+                          if r.change is not None and r.predicted_s is not None), None)
+        if following is None:
+            break
+        changed = with_changes(current[0], **following.change)
+        after = diagnose(changed, step, steps=steps, device=device, replay=replay, verify=False,
+                         progress=f"after {_describe_change(following.change)}" if progress else False)
+        before_s, before_noise = _mean_and_noise(current[1], following.measure)
+        after_s, after_noise = _mean_and_noise(after, following.measure)
+        noise = math.hypot(before_noise, after_noise)
+        d.followed.append(Followed(following, before_s, after_s, noise, after))
+        current = (changed, after)
+    return d
+
+
+def _receive_alone(kept: list[Any], count: int = 8) -> float | None:
+    """The median time to unpickle a kept batch as the main process does when it arrives from a
+    worker (its tensors rebuilt from shared memory, handles and all), with no worker running."""
+    from multiprocessing import resource_sharer
+    from multiprocessing.reduction import ForkingPickler
+
+    import torch.multiprocessing  # noqa: F401  (registers the tensor reductions, as in the loader)
+
+    times = []
+    try:
+        for batch in kept[:count]:
+            data = ForkingPickler.dumps(batch)
+            start = time.perf_counter()
+            ForkingPickler.loads(data)
+            times.append(time.perf_counter() - start)
+    except Exception:  # noqa: BLE001 - a batch that does not travel so here: no number
+        return None
+    finally:
+        resource_sharer.stop(timeout=5)  # it lent this process's descriptors to itself: done
+    return statistics.median(times) if times else None
+
+
+def _replay(step: Callable[[Any], Any], kept: list[Any], steps: int, device: Any) -> float:
+    """The loop's time per step on batches already in hand (copied to the device as in the run)."""
+    from .transfer import synchronize, to_device, wait_for_step
 
     times = []
     for i in range(min(steps, max(len(kept) * 2, 8))):
@@ -337,10 +622,9 @@ def diagnose(
             batch = to_device(batch, device)
             synchronize(device)
         step(batch)
+        wait_for_step()
         times.append(time.perf_counter() - start)
-    d = Diagnosis(timeline, statistics.median(times), _collate_once(loader))
-    d.recommendations = recommend(d, loader, device=device)
-    return d
+    return statistics.median(times)
 
 
 # -- torch.profiler interop ----------------------------------------------------------------------
@@ -400,20 +684,25 @@ def profiler_agreement(timeline: Timeline, spans: list[dict]) -> list[float]:
 
 
 # -- command line ---------------------------------------------------------------------------------
-def load_target(target: str) -> Any:
-    """``module:function`` → what the function returns (a DataLoader, or (DataLoader, step)).
-    Clear errors for each way it can be wrong."""
-    if ":" not in target:
+def load_target(target: str) -> tuple[DataLoader, Callable[[Any], Any] | None]:
+    """``module:function`` → ``(loader, step or None)`` from what the function returns (a
+    DataLoader, or ``(DataLoader, step)``). Clear errors for each way it can be wrong."""
+    if target.count(":") != 1 or not all(target.split(":")):
         raise SystemExit(f"expected module:function, e.g. my_module:make_loader — got {target!r}")
-    module_name, function_name = target.split(":", 1)
+    module_name, function_name = target.split(":")
     sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as error:
+        if error.name is not None and module_name.split(".")[0] == error.name.split(".")[0]:
+            raise SystemExit(
+                f"no module named {module_name!r} here: run from the folder that holds "
+                f"{module_name.replace('.', '/')}.py, or add that folder to PYTHONPATH") from None
         raise SystemExit(
-            f"no module named {error.name!r}: run from the folder that holds {module_name}.py, "
-            "or add that folder to PYTHONPATH"
-        ) from None
+            f"{module_name} was found, but importing it failed: {error}. Install what it needs into this "
+            f"Python ({sys.executable}), the one that runs the diagnosis") from None
+    except Exception as error:  # noqa: BLE001 - the user's module raised while importing
+        raise SystemExit(f"importing {module_name} raised {type(error).__name__}: {error}") from None
     function = getattr(module, function_name, None)
     if function is None or not callable(function):
         raise SystemExit(
@@ -421,13 +710,15 @@ def load_target(target: str) -> Any:
             f"(it has: {', '.join(n for n in dir(module) if not n.startswith('_')) or 'nothing'})"
         )
     made = function()
-    loader = made[0] if isinstance(made, tuple) else made
-    if not isinstance(loader, DataLoader):
-        raise SystemExit(
-            f"{target}() returned {type(loader).__name__}, not a torch.utils.data.DataLoader "
-            "(return the loader, or (loader, step))"
-        )
-    return made
+    if isinstance(made, DataLoader):
+        return made, None
+    if (isinstance(made, tuple) and len(made) == 2 and isinstance(made[0], DataLoader)
+            and (made[1] is None or callable(made[1]))):
+        return made
+    shape = (f"a tuple of {len(made)}: ({', '.join(type(x).__name__ for x in made)})"
+             if isinstance(made, tuple) else type(made).__name__)
+    raise SystemExit(f"{target}() returned {shape}, not a torch.utils.data.DataLoader: return the loader, "
+                     "or (loader, step) where step is a function that takes a batch")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -438,24 +729,41 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("target", help="module:function returning a DataLoader, or (DataLoader, step)")
     parser.add_argument("--steps", type=int, default=200, help="batches to record (default 200)")
     parser.add_argument(
-        "--step-ms",
-        type=float,
-        default=None,
-        help="model the training step as this many ms of waiting (when the function gives none)",
-    )
-    parser.add_argument(
-        "--trace", default="dataloader_diagnosis.json", help="where to write the Perfetto trace"
-    )
+        "--step-ms", type=float, default=None,
+        help="model the training step as this many ms of waiting (when the function gives none)")
+    parser.add_argument("--device", default=None,
+                        help="copy each batch to this device before the step, e.g. cuda (advises pinning)")
+    parser.add_argument("--verify", action="store_true",
+                        help="follow the recommendations that are loader settings, and measure each")
+    parser.add_argument("--trace", default="dataloader_diagnosis.json",
+                        help="where to write the Perfetto trace")
     args = parser.parse_args(argv)
     if args.steps < 2:
-        parser.error("--steps must be at least 2")
-    made = load_target(args.target)
-    loader, step = made if isinstance(made, tuple) else (made, None)
+        parser.error(f"--steps must be at least 2, got {args.steps}")
+    if args.step_ms is not None and not (args.step_ms > 0 and math.isfinite(args.step_ms)):
+        parser.error(f"--step-ms is the step's time in milliseconds, above 0 (e.g. 30), got {args.step_ms}")
+    device = None
+    if args.device is not None:
+        import torch
+
+        try:
+            device = torch.device(args.device)
+        except RuntimeError as error:
+            parser.error(f"--device {args.device!r} is not a device torch knows ({error}): try cpu or cuda")
+        if device.type == "cuda" and not torch.cuda.is_available():
+            parser.error("--device cuda, but this torch sees no CUDA GPU "
+                         "(torch.cuda.is_available() is False)")
+    loader, step = load_target(args.target)
+    if step is not None and args.step_ms is not None:
+        parser.error(f"{args.target}() gave a step already: drop --step-ms, or return only the loader")
     if step is None and args.step_ms is not None:
         from .models import ModelledStep
 
         step = ModelledStep(args.step_ms / 1e3)
-    result = diagnose(loader, step, steps=args.steps)
+    try:
+        result = diagnose(loader, step, steps=args.steps, device=device, verify=args.verify)
+    except (ValueError, TypeError) as error:  # the diagnosis's own clear errors
+        raise SystemExit(f"{type(error).__name__}: {error}") from None
     print(result)
     print(f"trace: {result.trace(args.trace)} (open it in https://ui.perfetto.dev)")
     return 0

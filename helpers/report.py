@@ -48,14 +48,17 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], caption: str = 
 def progress_bar(total: int | None, label: str):
     """A tqdm progress bar (notebook widget in JupyterLab) that appears only when the work lasts
     more than 3 seconds; None when ``TQDM_DISABLE=1`` (the test targets set it: tqdm's notebook
-    bar does not read that variable itself)."""
+    bar does not read that variable itself), or where tqdm is not installed (the diagnosis, run in
+    a learner's own environment beside their torch, needs only torch, numpy and psutil)."""
     import os
-
-    from tqdm.auto import tqdm
 
     from .config import parse_flag
 
     if parse_flag(os.environ.get("TQDM_DISABLE"), "TQDM_DISABLE"):
+        return None
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
         return None
     return tqdm(total=total, desc=label, delay=3, leave=False)
 

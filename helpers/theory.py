@@ -245,9 +245,19 @@ def as_timeline(plan: list[PlannedBatch], *, num_workers: int | None = None):
 
 
 def measured_main_s(tl) -> float:
-    """m as the lab measures it, in every notebook (seconds per batch): the median over a
-    recording's batches of the time the loop's thread spent in ``next()`` on a batch once it
-    was the loop's to take — ``ready`` minus the later of ``wait_start`` and that moment.
+    """m as the lab measures it (see :func:`main_shares`): the median over the batches."""
+    shares = main_shares(tl)
+    if not shares:
+        raise ValueError("a recording with no batches has no m")
+    return statistics.median(main for _, main in shares)
+
+
+def main_shares(tl) -> list[tuple[float, float]]:
+    """Per batch of a recording, the loop's wait split in two (seconds): how long it waited for the
+    batch to become its to take (``that moment − wait_start``, 0 if it was there already: the
+    wait for data), and the time its thread then spent in ``next()`` on it — ``ready`` minus the
+    later of ``wait_start`` and that moment: m, the main process's own share, as the lab
+    measures it in every notebook.
 
     The moment is: ``fetch_end`` when the main process fetched the batch itself (0 workers);
     ``received_start`` when the loop's thread unpickles it (workers, no pin thread); ``pin_end``
@@ -263,7 +273,7 @@ def measured_main_s(tl) -> float:
     host_spans = {(s.epoch, s.batch): s.end for s in tl.spans
                   if "loop thread" not in s.row and s.row != "copy stream"}
     threaded = {(s.epoch, s.batch) for s in tl.spans if "loop thread" not in s.row}
-    shares = []
+    shares: list[tuple[float, float]] = []
     for b in tl.batches:
         key = (b.epoch, b.index)
         if b.worker == MAIN_PROCESS:
@@ -278,7 +288,5 @@ def measured_main_s(tl) -> float:
             available = b.received_start
         else:
             available = b.wait_start
-        shares.append(max(b.ready - max(b.wait_start, available), 0.0))
-    if not shares:
-        raise ValueError("a recording with no batches has no m")
-    return statistics.median(shares)
+        shares.append((max(available - b.wait_start, 0.0), max(b.ready - max(b.wait_start, available), 0.0)))
+    return shares

@@ -74,3 +74,166 @@ def test_the_command_line_diagnoses_a_module_outside_the_lab(tmp_path):
                           (["my_loader:make_loader", "--steps", "1"], "--steps must be at least 2")):
         done = _cli(tmp_path, *args)
         assert done.returncode != 0 and message in done.stderr, (args, done.stderr[-500:])
+
+
+# -- the advice a careful engineer would give, on loaders of every kind (issue: your own loader) --------
+def _diagnose(loader, step_s=None, steps=24, **kwargs):
+    step = None if step_s is None else helpers.ModelledStep(step_s)
+    return helpers.diagnose(loader, step, steps=steps, progress=False, **kwargs)
+
+
+def _advice(d, knob):
+    return next((r for r in d.recommendations if r.knob == knob), None)
+
+
+def test_no_step_times_the_loader_alone_and_derives_no_worker_count():
+    # The documented command without --step-ms once advised num_workers=77869 from a ~1 µs replay.
+    loader = DataLoader(helpers.WorkDataset(64, item_wait_s=0.004), batch_size=4, num_workers=1)
+    d = _diagnose(loader, steps=12)
+    assert d.knobs() == ["step"] and d.replay_step_s is None, str(d)
+    assert "batches/s" in d.recommendations[0].because and "--step-ms" in d.recommendations[0].advice
+
+
+def test_zero_workers_get_the_sizing_rules_answer():
+    # 9 ms per batch fetched by the loop itself, a 20 ms step: it waits a third of the time; x = ⌈9 / 20⌉ = 1.
+    d = _diagnose(DataLoader(helpers.WorkDataset(64, item_wait_s=0.009), batch_size=1), 0.02)
+    advice = _advice(d, "num_workers")
+    assert advice is not None and advice.change == {"num_workers": 1}, str(d)
+    assert "unexplained" not in d.knobs()
+
+
+def test_cpu_bound_loading_is_capped_at_the_effective_cores_and_waiting_is_not(monkeypatch):
+    # 40 ms of work per batch against a 10 ms step: the rule asks for 4 or 5 workers either way.
+    from helpers import cores
+
+    two = cores.CpuLimits(2, "os.sched_getaffinity", None)
+    monkeypatch.setattr(cores, "cpu_limits", lambda *a, **k: two)
+    monkeypatch.setattr(helpers.diagnosis, "cpu_limits", lambda *a, **k: two)
+    computing = _diagnose(DataLoader(helpers.WorkDataset(48, item_cpu_s=0.01), batch_size=4), 0.01, steps=10)
+    advice = _advice(computing, "num_workers")
+    assert advice.change == {"num_workers": 2} and "computes" in advice.because, str(computing)
+    waiting = _diagnose(DataLoader(helpers.WorkDataset(48, item_wait_s=0.01), batch_size=4), 0.01, steps=10)
+    advice = _advice(waiting, "num_workers")
+    assert advice.change["num_workers"] >= 4 and "wait rather than compute" in advice.because, str(waiting)
+
+
+def test_cpu_bound_workers_that_fill_the_cores_get_the_sample_cost_not_more_workers(monkeypatch):
+    from helpers import cores
+
+    two = cores.CpuLimits(2, "os.sched_getaffinity", None)
+    monkeypatch.setattr(helpers.diagnosis, "cpu_limits", lambda *a, **k: two)
+    d = _diagnose(DataLoader(helpers.WorkDataset(96, item_cpu_s=0.008), batch_size=4, num_workers=2), 0.005,
+                  steps=16)
+    assert "sample_cost" in d.knobs() and "num_workers" not in d.knobs(), str(d)
+
+
+def test_slow_batches_on_one_worker_get_in_order_false_and_spread_ones_a_deeper_prefetch():
+    # One batch in 8 is 12× slower; with 4 workers in order every slow batch lands on worker 0. The
+    # median fetch (16 ms) would find 4 workers plenty; the mean (38 ms) says 3 are needed: capacity is
+    # fine, the order is the problem — a deeper prefetch cannot help the worker that gets them all.
+    clumped = helpers.WorkDataset(96, item_wait_s=0.016, slow_every=8, slow_factor=12)
+    d = _diagnose(DataLoader(clumped, batch_size=1, num_workers=4), 0.015, steps=48)
+    assert "in_order" in d.knobs() and "prefetch_factor" not in d.knobs(), str(d)
+    assert _advice(d, "in_order").change == {"in_order": False}
+    spread = helpers.WorkDataset(96, item_wait_s=0.016, slow_every=7, slow_factor=12)
+    d = _diagnose(DataLoader(spread, batch_size=1, num_workers=4), 0.015, steps=48)
+    assert "prefetch_factor" in d.knobs() and "in_order" not in d.knobs(), str(d)
+
+
+def test_the_main_process_share_is_named_as_a_bound_more_workers_cannot_lift():
+    from diagnose_loaders import ManyTensors
+
+    loader = DataLoader(ManyTensors(512, parts=64), batch_size=32, num_workers=2)
+    d = _diagnose(loader, 0.002, steps=32)
+    assert "main_process" in d.knobs() and "num_workers" not in d.knobs(), str(d)
+
+
+def test_loaders_of_every_kind_are_diagnosed_and_rebuilt_for_verify():
+    from diagnose_loaders import DictItems, PairSampler
+
+    from helpers.diagnosis import with_changes
+
+    loaders = {
+        "iterable, 0 workers": DataLoader(helpers.WorkStream(32, item_wait_s=0.003), batch_size=2),
+        "dicts and strings": DataLoader(DictItems(32, 0.002), batch_size=4, num_workers=1),
+        "custom batch_sampler": DataLoader(DictItems(32), batch_sampler=PairSampler(32), num_workers=2),
+        "pin_memory": DataLoader(helpers.WorkDataset(32, item_shape=(8,)), batch_size=4, pin_memory=True),
+        "no batching": DataLoader(helpers.WorkDataset(16), batch_size=None, num_workers=1),
+        "shuffled, spawn": DataLoader(helpers.WorkDataset(32, item_wait_s=0.002), batch_size=4,
+                                      shuffle=True, num_workers=1, multiprocessing_context="spawn",
+                                      persistent_workers=True),
+    }
+    for name, loader in loaders.items():
+        d = _diagnose(loader, 0.005, steps=8)
+        assert d.knobs() and d.steps == 8, name
+        rebuilt = with_changes(loader, num_workers=loader.num_workers + 1)
+        assert rebuilt.num_workers == loader.num_workers + 1, name
+        assert [type(b).__name__ for b in rebuilt][:2] == [type(b).__name__ for b in loader][:2], name
+    zero = with_changes(loaders["shuffled, spawn"], num_workers=0)
+    assert zero.prefetch_factor is None and not zero.persistent_workers
+
+
+def test_empty_loaders_and_a_lambda_under_spawn_get_clear_errors():
+    with pytest.raises(ValueError, match="no batches"):
+        helpers.diagnose(DataLoader(helpers.WorkDataset(3), batch_size=4, drop_last=True))
+    from diagnose_loaders import Nothing
+
+    with pytest.raises(ValueError, match="gave 0 batch"):
+        helpers.diagnose(DataLoader(Nothing()), progress=False)
+    spawned = DataLoader(helpers.WorkDataset(8), batch_size=2, num_workers=1, multiprocessing_context="spawn",
+                         collate_fn=lambda samples: samples)
+    with pytest.raises(TypeError, match="collate_fn is a lambda.*top level of a .py file"):
+        helpers.diagnose(spawned, progress=False)
+
+
+def test_a_cuda_step_is_waited_for_in_the_replay(monkeypatch):
+    import torch
+
+    waited = []
+
+    class Stream:
+        def synchronize(self):
+            waited.append(True)
+
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda *a, **k: Stream())
+    _diagnose(DataLoader(helpers.WorkDataset(8), batch_size=2), 0.001, steps=4)
+    assert len(waited) == 4 + 4  # every step of the run (record) and of the replay
+
+
+def test_the_diagnosis_checks_the_torch_internals_first(monkeypatch):
+    from helpers import diagnosis, torch_internals
+
+    def moved():
+        raise torch_internals.TorchInternalsChanged("_MapDatasetFetcher.fetch moved: run make lab")
+
+    monkeypatch.setattr(diagnosis, "_SELF_CHECKED", False)
+    monkeypatch.setattr(torch_internals, "self_check", moved)
+    with pytest.raises(torch_internals.TorchInternalsChanged, match="moved"):
+        helpers.diagnose(DataLoader(helpers.WorkDataset(8), batch_size=2), progress=False)
+
+
+def test_following_the_advice_on_mystery_a_is_measured_beside_the_prediction():
+    loader, step, steps = helpers.mystery_loader("A", smoke=True)
+    d = helpers.diagnose(loader, step, steps=steps, progress=False, verify=True)
+    first = d.followed[0]
+    assert first.recommendation.knob == "num_workers" and first.after_s < first.before_s, str(d)
+    assert first.as_predicted, first.describe()
+
+
+def test_the_command_line_refuses_each_bad_input_with_its_fix(tmp_path):
+    (tmp_path / "needs_missing.py").write_text("import not_installed_anywhere\n")
+    (tmp_path / "odd.py").write_text(
+        "import helpers\nfrom torch.utils.data import DataLoader\n"
+        "def three():\n    return DataLoader(helpers.WorkDataset(8)), None, 3\n")
+    cases = ((["needs_missing:make"], "importing it failed: No module named 'not_installed"),
+             (["odd:three"], "a tuple of 3"),
+             (["diagnose_loaders:make_loader", "--step-ms", "-5"], "--step-ms is the step's time"),
+             (["diagnose_loaders:make_loader", "--device", "nonsense"], "not a device torch knows"))
+    for args, message in cases:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
+               "TQDM_DISABLE": "1"}
+        done = subprocess.run([sys.executable, "-m", "helpers.diagnose", *args], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode != 0 and message in done.stderr, (args, done.stderr[-600:])
+        assert "Traceback" not in done.stderr, (args, done.stderr[-600:])

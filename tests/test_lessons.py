@@ -1554,8 +1554,26 @@ def test_diagnosis_checks_pass_when_the_lesson_holds():
                  "B": _FakeDiagnosis(["collate_fn", "num_workers"]),
                  "C": _FakeDiagnosis(["persistent_workers"])}
     checks = diagnosis.checks(mysteries, {"A": "num_workers", "B": "collate_fn", "C": "persistent_workers"},
-                              _FakeDiagnosis(["none"], 1.1, 0.03), [-0.0002] * 10, 10)
-    assert all(c.passed for c in checks)
+                              _FakeDiagnosis(["none"], 1.1, 0.03), [-0.0002] * 10, 10,
+                              followed=[_followed(0.064, 0.0215, 0.021)])
+    assert len(checks) == 7 and all(c.passed for c in checks)
+
+
+def _followed(before_s, after_s, predicted_s, noise_s=0.001):
+    from helpers.diagnosis import Followed, Recommendation
+
+    advice = Recommendation("num_workers", "num_workers=4", "…", {"num_workers": 4}, predicted_s)
+    return Followed(advice, before_s, after_s, noise_s, None)
+
+
+def test_diagnosis_follow_check_fails_when_the_advice_does_not_deliver_its_prediction():
+    from helpers.lessons import diagnosis
+
+    mysteries = {"A": _FakeDiagnosis(["num_workers"])}
+    for followed in ([_followed(0.064, 0.040, 0.021)], [_followed(0.064, 0.070, 0.065)], []):
+        (check,) = [c for c in diagnosis.checks(mysteries, {"A": "num_workers"}, _FakeDiagnosis(["none"]),
+                                                [0.0] * 4, 4, followed=followed) if "following" in c.claim]
+        assert check.passed is False, check
 
 
 def test_diagnosis_checks_fail_when_the_diagnosis_misses_or_disagrees():

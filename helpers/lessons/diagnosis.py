@@ -1,7 +1,7 @@
 """Notebook 16 · diagnose your own loader: the diagnosis names the planted cause of each
 mystery loader; a loader that keeps up gets no data knob; the cache replay shows the
-headspace of an input-bound loader; torch.profiler's DataLoader spans agree with the lab's
-waits."""
+headspace of an input-bound loader; following the advice brings the time per step it predicted;
+torch.profiler's DataLoader spans agree with the lab's waits."""
 
 from __future__ import annotations
 
@@ -19,11 +19,13 @@ def checks(
     profiler_spans: int | None = None,
     *,
     tolerance_s: float = 0.002,
+    followed: list | None = None,
 ) -> list[Check]:
     """``mysteries``: name → :class:`helpers.Diagnosis`; ``planted``: name → the knob planted;
     ``fed``: the diagnosis of a loader that keeps up; ``profiler_diffs``: per batch, the
     profiler's ``__next__`` span minus the lab's wait (s); ``profiler_batches``: batches recorded;
-    ``profiler_spans``: the profiler's DataLoader spans (default: as many as differences)."""
+    ``profiler_spans``: the profiler's DataLoader spans (default: as many as differences);
+    ``followed``: :class:`helpers.diagnosis.Followed` of loader A's advice (``verify=True``)."""
     spans = len(profiler_diffs) if profiler_spans is None else profiler_spans
     out: list[Check] = []
     for name, d in mysteries.items():
@@ -53,6 +55,14 @@ def checks(
                 what=f"loader A, waiting {a.wait_share:.0%}",
             )
         )
+    if followed is not None:
+        claim = ("following loader A's first recommendation makes a step faster, and as fast as the "
+                 "diagnosis predicted (within 15 % or the measurements' noise)")
+        if not followed:
+            out.append(holds(claim, False, "no recommendation was a loader setting to follow"))
+        else:
+            first = followed[0]
+            out.append(holds(claim, first.after_s < first.before_s and first.as_predicted, first.describe()))
     worst = max((abs(x) for x in profiler_diffs), default=float("inf"))
     out.append(
         holds(
