@@ -240,7 +240,8 @@ class Diagnosis:
         parts.update({
             "receive (unpickle in the main process)": med(x.receive_s for x in b),
             **({} if self.receive_alone_s is None else
-               {"...the same alone, after the run": self.receive_alone_s}),
+               {("...the same alone, after the run" if any(x.worker >= 0 for x in b) else
+                 "...what receiving it from a worker costs, measured alone"): self.receive_alone_s}),
             "main process per batch (m)": self.main_s,
             "copy to the device": med(x.copy_s for x in b),
             "step": med(x.step_s for x in b),
@@ -368,6 +369,10 @@ def recommend(d: Diagnosis, loader: DataLoader, *, device: Any = None) -> list[R
         return out
 
     n, y, m = d.fetch_mean_s, d.replay_step_s, d.main_s
+    if workers == 0 and d.receive_alone_s is not None:
+        # With workers every batch also travels: the main process unpickles it from shared memory,
+        # which a run without workers never did (measured alone here; more beside busy workers).
+        m += d.receive_alone_s
     loop_s = y + m
     limits = cpu_limits()
     cores = limits.whole
@@ -568,7 +573,7 @@ def diagnose(
                          "nothing?)")
     d = Diagnosis(timeline, _replay(step, kept, steps, device) if step is not None else None,
                   cores=cpu_limits().describe(),
-                  receive_alone_s=_receive_alone(kept) if loader.num_workers > 0 else None)
+                  receive_alone_s=_receive_alone(kept))
     d.recommendations = recommend(d, loader, device=device)
     rounds = 2 if verify is True else int(verify)
     current = (loader, d)

@@ -58,7 +58,7 @@ def select(names: list[str]) -> list[Path]:
 
 
 def notebook_table_paths() -> list[Path]:
-    return sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    return sorted((ROOT / "notebooks").glob("[0-9][0-9]*_*.ipynb"))
 
 
 def fetch_static(static: Path) -> bool:

@@ -21,7 +21,7 @@ GUIDE_START, GUIDE_END = "<!-- run-times:start -->", "<!-- run-times:end -->"
 
 def _notebooks(root: Path) -> list[tuple[Path, str, dict]]:
     out = []
-    for path in sorted((root / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+    for path in sorted((root / "notebooks").glob("[0-9][0-9]*_*.ipynb")):
         nb = json.loads(path.read_text())
         heading = next(
             line.lstrip("# ").strip()

@@ -30,7 +30,7 @@ def format_s(seconds: float) -> str:
 
 
 def notebooks() -> list[Path]:
-    return sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    return sorted((ROOT / "notebooks").glob("[0-9][0-9]*_*.ipynb"))
 
 
 def with_line(source: str, text: str) -> str:

@@ -89,7 +89,7 @@ def problems(path: Path) -> list[str]:
 
 
 def notebooks(root: Path = ROOT) -> list[Path]:
-    return sorted((root / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    return sorted((root / "notebooks").glob("[0-9][0-9]*_*.ipynb"))
 
 
 def main(argv: list[str]) -> int:

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 import slides  # noqa: E402
 
-NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]*_*.ipynb"))
 LESSONS = [p for p in NOTEBOOKS if not p.name.startswith("00_")]
 
 
@@ -114,8 +114,9 @@ def test_every_notebook_states_its_measured_run_time_in_both_modes(tmp_path, mon
 
 
 def test_a_notebook_that_stops_still_gets_its_page_marked_and_the_run_fails(tmp_path):
-    import handouts
     import nbformat
+
+    import handouts
 
     cells = ["print('before')", "raise RuntimeError('a lesson check failed')", "print('after')"]
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])

@@ -1587,6 +1587,53 @@ def test_diagnosis_checks_fail_when_the_diagnosis_misses_or_disagrees():
     assert sum(c.passed is False for c in checks) == len(checks)
 
 
+# -- 00b my GPU is idle ---------------------------------------------------------------------------
+def _plain(wait_ms, step_ms, batches=20, first_ms=80.0):
+    """A plain loop's (wait_s, step_s): the first batch waits first_ms, the rest wait_ms each."""
+    return [first_ms / 1e3] + [wait_ms / 1e3] * (batches - 1), [step_ms / 1e3] * batches
+
+
+def test_way_in_checks_pass_when_the_lesson_holds():
+    from types import SimpleNamespace
+
+    from helpers.lessons import way_in
+
+    before, after = _plain(64, 25), _plain(1, 25)
+    checks = way_in.checks(before, SimpleNamespace(steady_wait_share=0.70), [_followed(0.089, 0.030, 0.026)],
+                           after)
+    assert [c.passed for c in checks] == [True, True, True], checks
+    assert "highly input-bound" in way_in.reading(*before) and "not input-bound" in way_in.reading(*after)
+    assert way_in.steady_wait_share(*before) == pytest.approx(64 / 89)  # the first batch left out
+
+
+def test_way_in_checks_fail_when_the_plain_loop_misreads_or_the_advice_does_not_deliver():
+    from types import SimpleNamespace
+
+    from helpers.lessons import way_in
+
+    # an unsynchronised GPU step reads as its launch cost: the plain loop's share is far off
+    unsynced = _plain(64, 0.05)
+    # the advice brought a third of its predicted gain; with it the loop still waits 40 %
+    checks = way_in.checks(unsynced, SimpleNamespace(steady_wait_share=0.70),
+                           [_followed(0.089, 0.068, 0.026)], _plain(17, 25))
+    assert [c.passed for c in checks] == [False, False, False], checks
+    (no_advice,) = [c for c in way_in.checks(_plain(64, 25), SimpleNamespace(steady_wait_share=0.7), [],
+                                             _plain(2, 25)) if "advice" in c.claim and "gain" in c.claim]
+    assert no_advice.passed is False
+
+
+def test_way_in_reports_a_loader_that_keeps_up_as_a_failed_premise():
+    from types import SimpleNamespace
+
+    from helpers.lessons import way_in
+
+    keeps_up = _plain(0.5, 25)
+    checks = way_in.checks(keeps_up, SimpleNamespace(steady_wait_share=0.02), [], keeps_up)
+    assert checks[0].passed is True and [c.passed for c in checks[1:]] == [None, None]
+    with pytest.raises(ValueError, match="at least 2 batches"):
+        way_in.steady_wait_share([0.1], [0.1])
+
+
 # -- 17 distributed -------------------------------------------------------------------------------
 def dist_case():
     """DistRuns like notebook 17's (2 ranks, 251 samples)."""

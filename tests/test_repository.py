@@ -40,7 +40,7 @@ def test_only_torch_and_torchvision_are_pinned():
 
 
 def test_there_are_notebooks():
-    assert [p.name[:2] for p in NOTEBOOKS][:2] == ["00", "01"]
+    assert [p.name[:3] for p in NOTEBOOKS][:3] == ["00_", "00b", "01_"]
 
 
 def test_committed_notebooks_have_no_outputs_or_execution_counts():

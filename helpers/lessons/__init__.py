@@ -25,6 +25,7 @@ from . import (
     setup,
     shared_memory,
     startup,
+    way_in,
 )
 
 __all__ = [
@@ -46,4 +47,5 @@ __all__ = [
     "setup",
     "shared_memory",
     "startup",
+    "way_in",
 ]

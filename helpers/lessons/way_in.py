@@ -1,0 +1,75 @@
+"""Notebook 00b · my GPU is idle: a plain timing loop read on the TF profiler's scale, the lab's
+diagnosis of the same loader, and its first advice followed and timed again with the plain loop."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..checks import Check, at_most, holds, premise_failed
+from ..diagnosis import input_scale
+
+#: The plain loop and the diagnosis time different runs of one loader with different code: they
+#: may differ by this much (a share of the time, 0–1) and still read the same thing.
+AGREE = 0.10
+
+
+def steady_wait_share(wait_s: Sequence[float], step_s: Sequence[float]) -> float:
+    """The share of the loop's time spent in ``next()``, from the second batch on: the first
+    batch also waits for the workers to start, which is judged on its own (notebook 05)."""
+    if len(wait_s) != len(step_s) or len(wait_s) < 2:
+        raise ValueError(f"need one wait and one step time per batch, at least 2 batches; got "
+                         f"{len(wait_s)} waits and {len(step_s)} steps")
+    waited, stepped = sum(wait_s[1:]), sum(step_s[1:])
+    return waited / (waited + stepped) if waited + stepped > 0 else 0.0
+
+
+def reading(wait_s: Sequence[float], step_s: Sequence[float]) -> str:
+    """The plain loop's numbers in one sentence: the first batch, the typical wait and step, the
+    wait share and its label on the TF profiler's scale, and what that means for the data."""
+    share = steady_wait_share(wait_s, step_s)
+    rest = len(wait_s) - 1
+    label = input_scale(share)
+    meaning = {"not input-bound": "the data keeps up: make the step faster, not the loader",
+               "moderately input-bound": "the data costs some time: worth a look at the loader",
+               "highly input-bound": "the step waits for data most of the time: fix the loader first"}[label]
+    return (f"first batch {wait_s[0] * 1e3:.0f} ms (it includes starting any workers); after it, "
+            f"{rest} batches: waiting {sum(wait_s[1:]) / rest * 1e3:.1f} ms and stepping "
+            f"{sum(step_s[1:]) / rest * 1e3:.1f} ms per batch on average — {share:.0%} of the time "
+            f"waiting: {label} (TF profiler's scale: under 5 % / 5–20 % / over 20 %); {meaning}.")
+
+
+def checks(before: tuple[Sequence[float], Sequence[float]], diagnosis, followed: list,
+           after: tuple[Sequence[float], Sequence[float]]) -> list[Check]:
+    """``before``/``after``: the plain loop's ``(wait_s, step_s)`` per batch on the loader as given
+    and with the first advice followed; ``diagnosis``: :func:`helpers.diagnose` of the loader as
+    given; ``followed``: its :attr:`~helpers.Diagnosis.followed` (``verify=True``)."""
+    share_before = steady_wait_share(*before)
+    out = [holds(f"15 lines of plain PyTorch read the wait share the diagnosis measures (within "
+                 f"{AGREE:.0%} of the time)",
+                 abs(share_before - diagnosis.steady_wait_share) <= AGREE,
+                 f"plain loop {share_before:.0%}, diagnosis {diagnosis.steady_wait_share:.0%}")]
+    claims = ("the diagnosis's first advice, followed, brings at least half the gain it predicted",
+              "with that advice the plain loop no longer waits for data most of the time (under 20 %)")
+    if input_scale(share_before) != "highly input-bound":
+        why = f"the loader as given waits only {share_before:.0%} of the time here: nothing to fix"
+        return out + [premise_failed(claim, "", why) for claim in claims]
+    first = followed[0] if followed else None
+    if first is None:
+        out.append(holds(claims[0], False, "the diagnosis advised no setting to follow"))
+    else:
+        out.append(holds(claims[0], gain_share(first) >= 0.5,
+                         f"{first.recommendation.knob}: {first.before_s * 1e3:.1f} → "
+                         f"{first.after_s * 1e3:.1f} ms per step, predicted {first.predicted_s * 1e3:.1f} "
+                         f"ms: {gain_share(first):.0%} of the predicted gain"))
+    out.append(at_most(claims[1], steady_wait_share(*after), 0.20, unit="%",
+                       what=f"was {share_before:.0%} before"))
+    return out
+
+
+def gain_share(followed) -> float:
+    """How much of the predicted gain a followed recommendation brought: (before − after) ÷
+    (before − predicted); 1 is as predicted, 0 no gain at all (nan: it predicted no gain)."""
+    predicted_gain = followed.before_s - followed.predicted_s
+    if predicted_gain <= 0:
+        return float("nan")
+    return (followed.before_s - followed.after_s) / predicted_gain
