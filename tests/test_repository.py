@@ -116,3 +116,14 @@ def test_every_notebook_topic_has_failing_configurations_tested():
     tests = (ROOT / "tests" / "test_lessons.py").read_text()
     for topic in lessons:
         assert f"from helpers.lessons import {topic}" in tests, f"no test shows {topic}'s checks failing"
+
+
+def test_every_notebook_names_its_sources_and_readme_lists_them():
+    readme = (ROOT / "README.md").read_text()
+    assert "## Further reading" in readme
+    for path in NOTEBOOKS:
+        cells = json.loads(path.read_text())["cells"]
+        sources = [c for c in cells if c["cell_type"] == "markdown" and "".join(c["source"]).startswith("## Sources")]
+        assert len(sources) == 1, f"{path.name}: one '## Sources' section"
+        text = "".join(sources[0]["source"])
+        assert text.count("\n- ") >= 1, f"{path.name}: its sources as a list"
