@@ -123,7 +123,8 @@ def test_every_notebook_names_its_sources_and_readme_lists_them():
     assert "## Further reading" in readme
     for path in NOTEBOOKS:
         cells = json.loads(path.read_text())["cells"]
-        sources = [c for c in cells if c["cell_type"] == "markdown" and "".join(c["source"]).startswith("## Sources")]
+        sources = [c for c in cells
+                   if c["cell_type"] == "markdown" and "".join(c["source"]).startswith("## Sources")]
         assert len(sources) == 1, f"{path.name}: one '## Sources' section"
         text = "".join(sources[0]["source"])
         assert text.count("\n- ") >= 1, f"{path.name}: its sources as a list"
