@@ -1747,3 +1747,21 @@ def test_distributed_checks_report_a_failed_launch():
     case["straggler"] = DistRun(2, [], 1, "boom")
     (check,) = distributed.checks(**case)
     assert check.passed is None and "return code 1" in check.premise
+
+
+def test_notebook_11_shows_its_decision_guide_as_committed():
+    """The guide's symptoms and knobs are readable without running: 11's markdown table matches
+    the rows decision_guide() prints beside this run's gains."""
+    import json
+    from pathlib import Path
+
+    from helpers.lessons import capstone
+
+    path = Path(__file__).resolve().parent.parent / "notebooks" / "11_capstone.ipynb"
+    text = next("".join(c["source"]) for c in json.loads(path.read_text())["cells"]
+                if "".join(c["source"]).startswith("## A decision guide"))
+    shown = [[part.strip().replace("`", "") for part in line.strip("|").split("|")]
+             for line in text.splitlines() if line.startswith("| ") and "symptom on the timeline" not in line]
+    gains = {k: 1.0 for k in ("+ workers, prefetch 2", "+ persistent_workers", "+ __getitems__",
+                              "+ device prefetcher")}
+    assert shown == [row[:2] for row in capstone.decision_guide(gains, 0.9, False)]
