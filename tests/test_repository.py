@@ -128,3 +128,13 @@ def test_every_notebook_names_its_sources_and_readme_lists_them():
         assert len(sources) == 1, f"{path.name}: one '## Sources' section"
         text = "".join(sources[0]["source"])
         assert text.count("\n- ") >= 1, f"{path.name}: its sources as a list"
+
+
+def test_no_markdown_line_reads_as_a_heading_in_the_handouts():
+    """nbconvert's markdown makes a heading of a line that starts with '#' and no space (an issue
+    number wrapped to the start of a line); JupyterLab does not. Keep issue numbers mid-line."""
+    for path in NOTEBOOKS:
+        for cell in json.loads(path.read_text())["cells"]:
+            if cell["cell_type"] == "markdown":
+                for line in "".join(cell["source"]).splitlines():
+                    assert not re.match(r"\s{0,3}#+[^#\s]", line), f"{path.name}: {line[:60]!r}"
