@@ -333,6 +333,17 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:.1f} ms"
 
 
+def _epoch_ends_s(tl: Timeline) -> float:
+    """Seconds after each epoch's last step (the last ``next()``, which shuts the workers down
+    when they are not persistent) and between epochs (the old iterator going)."""
+    last: dict[int, float] = {}
+    for b in tl.batches:
+        last[b.epoch] = max(last.get(b.epoch, 0.0), b.step_end)
+    tails = sum(max(e.end - last.get(e.epoch, e.end), 0.0) for e in tl.epochs)
+    gaps = sum(max(nxt.iter_start - e.end, 0.0) for e, nxt in zip(tl.epochs[:-1], tl.epochs[1:], strict=True))
+    return tails + gaps
+
+
 def _slow_batches(tl: Timeline) -> tuple[float, float, dict[int, int]]:
     """(median, 90th percentile of the fetch times, slow fetches per worker): a fetch is slow
     when it took at least ``SPREAD`` times the median."""
@@ -354,11 +365,15 @@ def recommend(d: Diagnosis, loader: DataLoader, *, device: Any = None) -> list[R
     epochs = len(tl.epochs)
     startup_share = d.startup_s / tl.wall_s if tl.wall_s > 0 else 0.0
     if workers > 0 and not loader.persistent_workers and epochs > 1 and startup_share >= STARTUP_SHARE:
-        later = d.startup_s - (tl.epochs[0].first_batch_s or 0.0)
+        # Kept workers spare each later epoch its start-up (its first batch still costs a fetch)
+        # and each epoch's end its shutdown (the last next() joins the workers: notebook 05).
+        later = sum(max((e.first_batch_s or 0.0) - d.fetch_mean_s, 0.0) for e in tl.epochs[1:])
+        ends = _epoch_ends_s(tl)
         out.append(Recommendation(
             "persistent_workers", "persistent_workers=True: start the workers once, not every epoch",
-            f"start-up took {d.startup_s:.2f} s over {epochs} epochs, {startup_share:.0%} of the run",
-            {"persistent_workers": True}, (tl.wall_s - later) / d.steps, "run"))
+            f"start-up took {d.startup_s:.2f} s over {epochs} epochs, {startup_share:.0%} of the run, and "
+            f"each epoch's end (its workers shutting down) {ends:.2f} s in all",
+            {"persistent_workers": True}, (tl.wall_s - later - ends) / d.steps, "run"))
     if d.replay_step_s is None:
         rate = 1 / d.steady_step_s if d.steady_step_s > 0 else float("nan")
         out.append(Recommendation(
@@ -506,9 +521,12 @@ def with_changes(loader: DataLoader, **changes: Any) -> DataLoader:
 
 
 def _mean_and_noise(d: Diagnosis, measure: str) -> tuple[float, float]:
-    """Time per step (steady or whole run) and twice its standard error (s)."""
+    """Time per step (steady or whole run) and twice its standard error (s). A whole run's time
+    varies most with its start-ups: one start-up's spread (the epochs' first batches) per step."""
     if measure == "run":
-        return d.step_s, 0.0
+        startups = [e.first_batch_s for e in d.timeline.epochs if e.first_batch_s is not None]
+        spread = statistics.stdev(startups) if len(startups) >= 2 else 0.0
+        return d.step_s, 2 * spread / max(d.steps, 1)
     firsts = {e.epoch: e.first_ready for e in d.timeline.epochs}
     steady = sorted((b for b in d.timeline.batches if b.ready != firsts.get(b.epoch)),
                     key=lambda b: b.step_end)
@@ -587,7 +605,10 @@ def diagnose(
                          progress=f"after {_describe_change(following.change)}" if progress else False)
         before_s, before_noise = _mean_and_noise(current[1], following.measure)
         after_s, after_noise = _mean_and_noise(after, following.measure)
-        noise = math.hypot(before_noise, after_noise)
+        # a run's prediction carries one start-up of the run before, its measurement one of its
+        # own: two draws of the spread measured before (the run after has one start-up, no spread)
+        noise = (math.sqrt(2) * before_noise if following.measure == "run"
+                 else math.hypot(before_noise, after_noise))
         d.followed.append(Followed(following, before_s, after_s, noise, after))
         current = (changed, after)
     return d

@@ -237,3 +237,16 @@ def test_the_command_line_refuses_each_bad_input_with_its_fix(tmp_path):
                               capture_output=True, text=True, timeout=300)
         assert done.returncode != 0 and message in done.stderr, (args, done.stderr[-600:])
         assert "Traceback" not in done.stderr, (args, done.stderr[-600:])
+
+
+def test_persistent_workers_prediction_counts_each_epochs_shutdown():
+    """Kept workers spare each epoch's end too: the last next() joins non-persistent workers
+    (notebook 05), and the old iterator goes before the next iter()."""
+    from helpers.diagnosis import _epoch_ends_s
+    from helpers.timeline import BatchRecord, EpochRecord, Timeline
+
+    batches = [BatchRecord(e, 0, 0, s, s + 0.1, s, s + 0.1, s + 0.2, 0, (0,), 1)
+               for e, s in ((0, 1.0), (1, 3.0))]
+    epochs = [EpochRecord(0, 0.0, 0.9, 1.1, 1.7), EpochRecord(1, 2.0, 2.9, 3.1, 3.5)]
+    # epoch 0 ends 0.5 s after its last step, 0.3 s pass before the next iter(), epoch 1 ends 0.3 s after
+    assert _epoch_ends_s(Timeline(batches, epochs, {})) == pytest.approx(1.1)
