@@ -333,6 +333,19 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:.1f} ms"
 
 
+def _persistent_run_s(d: Diagnosis, workers: int) -> float:
+    """The run's time with workers kept between epochs: the first epoch as measured (start-up
+    included, up to its last step: its end shut the workers down), then each later epoch one
+    fetch for its first batch and the steady pace for the rest — no start-up, a worker still
+    starting never holds a batch back, and no shutdown (notebook 05)."""
+    tl = d.timeline
+    first = tl.epochs[0]
+    last_step = max((b.step_end for b in tl.batches if b.epoch == first.epoch), default=first.end)
+    pace = max(d.fetch_mean_s / max(workers, 1), (d.replay_step_s or 0.0) + d.main_s)
+    later = [sum(b.epoch == e.epoch for b in tl.batches) for e in tl.epochs[1:]]
+    return (last_step - first.iter_start) + sum(d.fetch_mean_s + (k - 1) * pace for k in later if k)
+
+
 def _epoch_ends_s(tl: Timeline) -> float:
     """Seconds after each epoch's last step (the last ``next()``, which shuts the workers down
     when they are not persistent) and between epochs (the old iterator going)."""
@@ -365,15 +378,12 @@ def recommend(d: Diagnosis, loader: DataLoader, *, device: Any = None) -> list[R
     epochs = len(tl.epochs)
     startup_share = d.startup_s / tl.wall_s if tl.wall_s > 0 else 0.0
     if workers > 0 and not loader.persistent_workers and epochs > 1 and startup_share >= STARTUP_SHARE:
-        # Kept workers spare each later epoch its start-up (its first batch still costs a fetch)
-        # and each epoch's end its shutdown (the last next() joins the workers: notebook 05).
-        later = sum(max((e.first_batch_s or 0.0) - d.fetch_mean_s, 0.0) for e in tl.epochs[1:])
         ends = _epoch_ends_s(tl)
         out.append(Recommendation(
             "persistent_workers", "persistent_workers=True: start the workers once, not every epoch",
             f"start-up took {d.startup_s:.2f} s over {epochs} epochs, {startup_share:.0%} of the run, and "
             f"each epoch's end (its workers shutting down) {ends:.2f} s in all",
-            {"persistent_workers": True}, (tl.wall_s - later - ends) / d.steps, "run"))
+            {"persistent_workers": True}, _persistent_run_s(d, workers) / d.steps, "run"))
     if d.replay_step_s is None:
         rate = 1 / d.steady_step_s if d.steady_step_s > 0 else float("nan")
         out.append(Recommendation(
