@@ -371,10 +371,15 @@ def test_fetch_cpu_tells_computing_from_waiting_and_collate_is_timed_where_it_ru
         extra = {} if collate_fn is None else {"collate_fn": collate_fn}
         return helpers.record(DataLoader(dataset, batch_size=2, num_workers=workers, **extra), progress=False)
 
-    computing = run(helpers.WorkDataset(8, item_cpu_s=0.01))
-    waiting = run(helpers.WorkDataset(8, item_wait_s=0.01))
-    assert all(b.fetch_cpu_s >= 0.6 * b.fetch_s for b in computing.batches)
-    assert all(b.fetch_cpu_s <= 0.3 * b.fetch_s for b in waiting.batches)
+    def shares(timeline):
+        return [round(b.fetch_cpu_s / b.fetch_s, 2) for b in timeline.batches]
+
+    # The diagnosis reads the median share (a worker's first fetch also pays its first collate, which on
+    # a slow CPU is several ms of real computing inside a 20 ms wait): the test holds the same reading.
+    computing = shares(run(helpers.WorkDataset(16, item_cpu_s=0.01)))
+    waiting = shares(run(helpers.WorkDataset(16, item_wait_s=0.01)))
+    assert statistics.median(computing) >= 0.6, computing
+    assert statistics.median(waiting) <= 0.3, waiting
     slow = run(helpers.WorkDataset(8), collate_fn=helpers.SlowCollate(0.02))
     assert all(0.019 <= b.collate_s <= b.fetch_s for b in slow.batches)
 
