@@ -353,8 +353,11 @@ def _peaks(run: MemoryRun, what: str) -> list[int]:
 
 def noise_margin_bytes(list_bytes: int, reference: MemoryRun, what: str = "uss") -> int:
     """How far above the no-data workers a storage may end and still count as "no growth":
-    a tenth of the list, three times the spread of the no-data workers' peaks, at least 6 MiB
-    (a full garbage collection in a worker writes to every inherited container's header)."""
+    a tenth of the list, three times the spread of the no-data workers' peaks, at least 6 MiB.
+    The floor was set before :func:`measure_memory` froze the main process's objects, when a full
+    garbage collection in a worker also wrote to every inherited container's header (7.8 MiB seen
+    once); frozen, what is left is the allocator's arenas and the pages a batch touches, a few MiB,
+    so the floor stays as a conservative margin rather than a measured one."""
     peaks = _peaks(reference, what)
     spread = max(peaks) - min(peaks)
     return int(max(0.1 * list_bytes, 3 * spread, 6 * MiB))

@@ -38,7 +38,6 @@ from time import perf_counter as clock
 from typing import Any
 
 import numpy as np
-import psutil
 import torch
 from torch.utils.data import Dataset, get_worker_info
 
@@ -542,8 +541,6 @@ class Requests:
     rows: np.ndarray  #: shape (n, len(REQUEST_FIELDS))
     #: bytes the endpoint's proxy carried during each epoch (when measured with ``store=``)
     carried: list[int] | None = None
-    #: the share of all the machine's cores busy (any process) during the recording
-    cpu_busy: float = float("nan")
     #: per request that reached the store, in the order of :attr:`remote`, where its time went
     #: (:data:`PART_FIELDS`, seconds; from the proxy's log, when measured with ``store=``)
     parts: np.ndarray | None = None
@@ -789,12 +786,10 @@ def measure_requests(
                 marks.append(store.bytes_through(endpoint))
 
         spent_before = _cpu_now(store, endpoint)
-    cpu_before = psutil.cpu_times()
     collect = _Collect(step, clock())
     timeline = record(loader, collect, epochs=epochs, progress=progress, on_batch=on_batch)
-    cpu_after = psutil.cpu_times()
     rows = np.concatenate(collect.rows) if collect.rows else np.zeros((0, len(REQUEST_FIELDS)))
-    requests = Requests(rows, cpu_busy=cpu_busy(cpu_before, cpu_after))
+    requests = Requests(rows)
     if store is not None:
         # the workers have ended (a non-persistent loader joins them when its epoch ends), so their
         # CPU time is in this process's children's times now
@@ -813,13 +808,6 @@ def measure_requests(
                 endpoint.latency_s, collect.t0,
             )
     return timeline, requests
-
-
-def cpu_busy(before: Any, after: Any) -> float:
-    """The share of all cores that was busy between two ``psutil.cpu_times()`` readings."""
-    total = sum(after) - sum(before)
-    idle = (after.idle - before.idle) + (getattr(after, "iowait", 0) - getattr(before, "iowait", 0))
-    return float(1 - idle / total) if total > 0 else float("nan")
 
 
 def samples_per_s(timeline: Any, epoch: int | None = None) -> float:
