@@ -12,9 +12,10 @@ speed limit of the loop), and reports:
   or waiting), the main process's own share m (receive, pin, the loop's hand-over), the copy to
   the device, the step;
 - **recommendations** derived from the lab's models, each with the number that triggered it:
-  workers from the sizing rule x = ⌈n / (y + m)⌉ with the *mean* fetch (notebook 02), capped
-  by the effective cores when the fetch computes (04, 14); ``in_order=False`` when slow
-  batches land on one worker and a deeper prefetch when they are spread (03, 09); persistent
+  workers from the sizing rule x = ⌈n / (y + m)⌉ with the *mean* fetch (notebook 02), capped by
+  the effective cores, less what other processes keep busy, when the fetch computes (04, 14);
+  ``in_order=False`` when slow batches land on one worker and a deeper prefetch when they are
+  spread (03, 09); persistent
   workers when start-up is a large share (05); pinning when the copy is (06); a cheaper collate
   (08); and the main process's share when it, not the workers, bounds the step (11).
 
@@ -60,6 +61,8 @@ from .timeline import Timeline
 SCALE = ((0.05, "not input-bound"), (0.20, "moderately input-bound"), (math.inf, "highly input-bound"))
 #: The loop waiting at least this share (after each epoch's first batch) gets data advice.
 INPUT_BOUND = 0.05
+#: More workers are advised when the model predicts they save at least this share of each step.
+WORTH = 0.10
 #: Start-up above this share of the run is worth avoiding.
 STARTUP_SHARE = 0.10
 #: A copy above this share of the step is worth overlapping.
@@ -72,6 +75,9 @@ SPREAD = 2.0
 CPU_BOUND = 0.5
 #: The main process's own share m above this share of the loop's time per step bounds it.
 MAIN_SHARE = 0.25
+#: Workers count as busy (what the loop waits for) when their fetches take at least this share of the
+#: loop's time per step between them; computing workers fill the cores at this share of them.
+BUSY_WORKERS = 0.5
 #: Slow fetches count as landing on one worker when this share of them did.
 CONCENTRATED = 0.7
 
@@ -139,6 +145,17 @@ class Diagnosis:
     #: the main process's time to take a batch in, measured alone after the run (s): unpickling a
     #: kept batch as it arrived from a worker, with no worker competing for a core. None: 0 workers
     receive_alone_s: float | None = None
+    #: cores of the affinity mask other processes kept busy just before the run (a browser, another
+    #: notebook, a classmate on a shared server); None when it could not be read
+    others_busy: float | None = None
+
+    def free_cores(self, limits: Any = None) -> int:
+        """Whole cores the workers can compute on: the effective cores (quota included), less
+        what other processes kept busy, rounded to the nearest core, at least 1."""
+        limits = cpu_limits() if limits is None else limits
+        if self.others_busy is None:
+            return limits.whole
+        return max(1, min(limits.whole, math.floor(limits.affinity - self.others_busy + 0.5)))
 
     # -- what the run measured ------------------------------------------------------
     @property
@@ -270,7 +287,11 @@ class Diagnosis:
             rows.append(["CPU used by a fetch", f"{self.cpu_share:.0%} of its time "
                          f"({'computing' if self.cpu_share >= CPU_BOUND else 'waiting'})"])
         if self.cores:
-            rows.append(["cores", self.cores])
+            load = ("" if self.others_busy is None else
+                    f"; other processes kept {self.others_busy:.1f} of them busy just before the run"
+                    + (f": about {self.free_cores()} free for computing workers"
+                       if self.free_cores() < cpu_limits().whole else ""))
+            rows.append(["cores", self.cores + load])
         rows += [[name, f"{s * 1e3:.2f} ms"] for name, s in self.breakdown().items()]
         rows += [[f"→ {r.knob}", f"{r.advice} ({r.because})"] for r in self.recommendations]
         rows += [["followed", f.describe()] for f in self.followed]
@@ -323,6 +344,37 @@ class Diagnosis:
 
     def knobs(self) -> list[str]:
         return [r.knob for r in self.recommendations]
+
+
+def _shard_caveat(loader: DataLoader, workers: int) -> str:
+    """For an IterableDataset, more than one worker repeats the stream unless it shards itself."""
+    if workers < 2 or not isinstance(loader.dataset, IterableDataset):
+        return ""
+    return ("; your IterableDataset must shard itself by torch.utils.data.get_worker_info() (id, "
+            "num_workers), or each worker yields the whole stream: every sample num_workers times")
+
+
+def _others_busy_cores(window_s: float = 0.25) -> float | None:
+    """Cores of this process's affinity mask that other processes kept busy during ``window_s``
+    (this process sleeps meanwhile; psutil's per-CPU times). None when they cannot be read."""
+    try:
+        import psutil
+
+        mask = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+        before = psutil.cpu_times(percpu=True)
+        time.sleep(window_s)
+        after = psutil.cpu_times(percpu=True)
+    except Exception:  # noqa: BLE001 - a missing psutil or /proc: the load is unknown, not an error
+        return None
+    busy = 0.0
+    for cpu in mask if mask is not None else range(len(after)):
+        if cpu >= len(after) or cpu >= len(before):
+            continue
+        total = sum(after[cpu]) - sum(before[cpu])
+        idle = (after[cpu].idle - before[cpu].idle) + (getattr(after[cpu], "iowait", 0)
+                                                       - getattr(before[cpu], "iowait", 0))
+        busy += max(0.0, 1 - idle / total) if total > 0 else 0.0
+    return busy
 
 
 def _describe_change(change: dict[str, Any] | None) -> str:
@@ -400,19 +452,30 @@ def recommend(d: Diagnosis, loader: DataLoader, *, device: Any = None) -> list[R
         m += d.receive_alone_s
     loop_s = y + m
     limits = cpu_limits()
-    cores = limits.whole
+    cores = d.free_cores(limits)
+    busy = ("" if cores >= limits.whole else
+            f", of which other processes kept {d.others_busy:.1f} busy (about {cores} free)")
     input_bound = d.steady_data_wait_share >= INPUT_BOUND  # waiting for batches not yet built
     needed = recommend_num_workers(n, y, main_s=m)
     cpu_bound = d.cpu_share is not None and d.cpu_share >= CPU_BOUND
     rule = (f"a batch takes {_ms(n)} to fetch on average (median {_ms(d.fetch_median_s)}), the loop "
             f"{_ms(y)} per step and {_ms(m)} of its own per batch: x = ⌈n / (y + m)⌉ = {needed}")
-    if input_bound and d.collate_s is not None and d.collate_s >= COLLATE_SHARE * n:
+    # The workers' own pace: how long they need per batch between them, against the loop's pace. A
+    # cheaper fetch (collate) or sample only helps when the workers are what the loop waits for.
+    workers_pace = n / max(workers, 1)
+    workers_busy = workers_pace >= BUSY_WORKERS * loop_s
+    if input_bound and workers_busy and d.collate_s is not None and d.collate_s >= COLLATE_SHARE * n:
         out.append(Recommendation(
             "collate_fn", "a cheaper collate_fn (or build batches in __getitems__: notebook 08)",
             f"collate_fn takes {_ms(d.collate_s)} of the {_ms(n)} a worker spends per batch",
             None, max((n - d.collate_s) / max(workers, 1), loop_s)))
     waiting = d.steady_wait_share >= INPUT_BOUND
-    saturated = cpu_bound and workers >= cores
+    # More workers only when the model's gain is worth a change (beats the run's own noise).
+    more_s = max(n / (needed if not cpu_bound else max(min(needed, cores), 1)), loop_s)
+    worth = more_s <= (1 - WORTH) * d.steady_step_s
+    # Filling the cores: as many computing workers as free cores, and busy (CPU used per second of run).
+    workers_cpu = (d.cpu_share or 0.0) * n / d.steady_step_s if d.steady_step_s > 0 else 0.0
+    saturated = cpu_bound and workers >= cores and workers_cpu >= BUSY_WORKERS * cores
     # The main process's own share, without workers competing for its core: when the cores are
     # full, m swells with waiting for one, and only the share measured alone says what is its own.
     own_m = m if d.receive_alone_s is None else min(m, d.receive_alone_s + max(m - parts[
@@ -431,23 +494,29 @@ def recommend(d: Diagnosis, loader: DataLoader, *, device: Any = None) -> list[R
             "sample_cost", "make each sample cheaper to load (decode less or smaller, resize earlier, "
             "augment on the GPU: notebooks 04 and 14); more workers cannot help here",
             f"the fetch computes (the CPU {d.cpu_share:.0%} of its time) and the {workers} workers already "
-            f"fill the {limits.describe()}: the main process, short of a core, takes {_ms(m)} to take each "
-            f"batch in ({_ms(own_m)} alone); the sizing rule would ask for {needed}"))
+            f"fill the {limits.describe()}{busy}: the main process, short of a core, takes {_ms(m)} to "
+            f"take each batch in ({_ms(own_m)} alone); the sizing rule would ask for {needed}"))
+    elif input_bound and workers < needed and not main_bound and not worth:
+        out.append(Recommendation(
+            "none", "the loader nearly keeps up: more workers would gain little; make the step faster",
+            f"{rule}, which predicts {_ms(more_s)} per step against {_ms(d.steady_step_s)} now: under "
+            f"{WORTH:.0%} saved"))
     elif input_bound and workers < needed and not main_bound:
         if not cpu_bound:
             cpu = "" if d.cpu_share is None else f" (the fetch used the CPU {d.cpu_share:.0%} of its time)"
             beyond = (f"; more workers than the {cores} effective cores is fine: the fetches wait rather "
                       "than compute" + cpu) if needed > cores else cpu
-            out.append(Recommendation("num_workers", f"num_workers={needed} (now {workers})", rule + beyond,
+            out.append(Recommendation("num_workers", f"num_workers={needed} (now {workers})"
+                                      + _shard_caveat(loader, needed), rule + beyond,
                                       {"num_workers": needed}, max(n / needed, loop_s)))
         else:
             target = min(needed, cores)
             past = (f"; the rule asks for {needed}, but past the cores make each sample cheaper to load "
                     "(notebooks 04, 14)") if needed > cores else ""
             out.append(Recommendation(
-                "num_workers", f"num_workers={target} (now {workers})",
+                "num_workers", f"num_workers={target} (now {workers})" + _shard_caveat(loader, target),
                 f"{rule}; the fetch computes (the CPU {d.cpu_share:.0%} of its time), so workers beyond the "
-                f"{limits.describe()} add nothing{past}",
+                f"{limits.describe()}{busy} add nothing{past}",
                 {"num_workers": target}, max(n / target, loop_s)))
     elif input_bound and workers > 0 and len(tl.batches) >= 10 and not main_bound:
         median, p90, slow = _slow_batches(tl)
@@ -467,7 +536,8 @@ def recommend(d: Diagnosis, loader: DataLoader, *, device: Any = None) -> list[R
             elif workers == 1:
                 out.append(Recommendation(
                     "num_workers", "num_workers=2 (now 1): a second worker builds the next batch while the "
-                    "first is on a slow one", f"{spread}; one worker gets every slow batch",
+                    "first is on a slow one" + _shard_caveat(loader, 2),
+                    f"{spread}; one worker gets every slow batch",
                     {"num_workers": 2}, max(n / 2, loop_s)))
             else:
                 depth = math.ceil((loader.prefetch_factor or 2) * p90 / median)
@@ -482,12 +552,19 @@ def recommend(d: Diagnosis, loader: DataLoader, *, device: Any = None) -> list[R
             "pin_memory", "pin_memory=True and non_blocking copies (notebook 06)",
             f"the copy takes {_ms(copy)} per step, {copy / parts['step']:.0%} of the step",
             {"pin_memory": True}))
+    if not out and input_bound and d.steady_wait_share < WORTH:
+        out.append(Recommendation(
+            "none", "the loader nearly keeps up: no knob the lab models is worth turning; make the step "
+            "faster",
+            f"after each epoch's first batch the loop waited {d.steady_wait_share:.0%} ({d.scale}), "
+            f"{d.steady_data_wait_share:.0%} for batches not yet built, with {workers} workers (the sizing "
+            f"rule's {needed}): under {WORTH:.0%}, within what a batch's hand-over from a worker costs"))
     if not out and input_bound:
         out.append(Recommendation(
             "unexplained", "the loop waits, and no knob the lab models explains it: read the timeline "
             "(the loop's own work between batches, garbage collection, a slow first epoch)",
             f"after each epoch's first batch the loop waited {d.steady_data_wait_share:.0%} for batches not "
-            f"yet built ({d.scale}) with {workers} workers, the sizing rule's {needed} or more"))
+            f"yet built ({d.scale}) with {workers} workers (the sizing rule asks for {needed})"))
     if not out:
         out.append(Recommendation(
             "none", "the loader keeps up: make the step faster, not the data",
@@ -594,6 +671,7 @@ def diagnose(
 
     epochs = max(1, math.ceil(steps / max(per_epoch, 1)))
     label = "diagnosing" if progress is True else progress
+    others_busy = _others_busy_cores()  # before any worker of ours starts
     timeline = record(loader, keep_and_step, epochs=epochs, max_batches=steps, device=device, progress=label)
     if len(timeline.batches) < 2:
         raise ValueError(f"the loader gave {len(timeline.batches)} batch(es) in {epochs} epoch(s): a "
@@ -601,7 +679,7 @@ def diagnose(
                          "nothing?)")
     d = Diagnosis(timeline, _replay(step, kept, steps, device) if step is not None else None,
                   cores=cpu_limits().describe(),
-                  receive_alone_s=_receive_alone(kept))
+                  receive_alone_s=_receive_alone(kept), others_busy=others_busy)
     d.recommendations = recommend(d, loader, device=device)
     rounds = 2 if verify is True else int(verify)
     current = (loader, d)
@@ -800,6 +878,12 @@ def main(argv: list[str] | None = None) -> int:
         result = diagnose(loader, step, steps=args.steps, device=device, verify=args.verify)
     except (ValueError, TypeError) as error:  # the diagnosis's own clear errors
         raise SystemExit(f"{type(error).__name__}: {error}") from None
+    except torch_internals.TorchInternalsChanged as error:  # a learner's own torch, newer or older
+        raise SystemExit(
+            f"the diagnosis cannot time this torch: {error}\nIn your own environment: run it with a "
+            "torch the lab was tried with (README, 'Diagnose your own loader, in your own environment': "
+            f"2.10 to {torch_internals.PINNED_TORCH}), or point the lab's own environment at your module "
+            "(.venv/bin/python -m helpers.diagnose, run from your project's folder).") from None
     print(result)
     print(f"trace: {result.trace(args.trace)} (open it in https://ui.perfetto.dev)")
     return 0

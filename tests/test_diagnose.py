@@ -148,29 +148,114 @@ def test_the_main_process_share_is_named_as_a_bound_more_workers_cannot_lift():
     assert "main_process" in d.knobs() and "num_workers" not in d.knobs(), str(d)
 
 
-def test_loaders_of_every_kind_are_diagnosed_and_rebuilt_for_verify():
+@pytest.fixture
+def quiet_machine(monkeypatch):
+    """Two effective cores and no other process busy on them: the advice then depends on the loader alone."""
+    from helpers import cores
+
+    two = cores.CpuLimits(2, "os.sched_getaffinity", None)
+    monkeypatch.setattr(cores, "cpu_limits", lambda *a, **k: two)
+    monkeypatch.setattr(helpers.diagnosis, "cpu_limits", lambda *a, **k: two)
+    monkeypatch.setattr(helpers.diagnosis, "_others_busy_cores", lambda *a, **k: 0.0)
+    return two
+
+
+def test_loaders_of_every_kind_get_the_advice_a_careful_engineer_would_give(quiet_machine):
     from diagnose_loaders import DictItems, PairSampler
 
     from helpers.diagnosis import with_changes
 
-    loaders = {
-        "iterable, 0 workers": DataLoader(helpers.WorkStream(32, item_wait_s=0.003), batch_size=2),
-        "dicts and strings": DataLoader(DictItems(32, 0.002), batch_size=4, num_workers=1),
-        "custom batch_sampler": DataLoader(DictItems(32), batch_sampler=PairSampler(32), num_workers=2),
-        "pin_memory": DataLoader(helpers.WorkDataset(32, item_shape=(8,)), batch_size=4, pin_memory=True),
-        "no batching": DataLoader(helpers.WorkDataset(16), batch_size=None, num_workers=1),
-        "shuffled, spawn": DataLoader(helpers.WorkDataset(32, item_wait_s=0.002), batch_size=4,
-                                      shuffle=True, num_workers=1, multiprocessing_context="spawn",
-                                      persistent_workers=True),
+    # (loader, step in s, the knobs the advice must be); fetches that wait 6-8 ms per batch against a
+    # 5 ms step need a second worker; loaders whose samples cost nothing keep up with it.
+    cases = {
+        "iterable, 0 workers": (DataLoader(helpers.WorkStream(48, item_wait_s=0.003), batch_size=2), 0.005,
+                                ["num_workers"]),
+        "dicts and strings, 1 worker": (DataLoader(DictItems(48, 0.002), batch_size=4, num_workers=1), 0.005,
+                                        ["num_workers"]),
+        "custom batch_sampler, 2 workers": (DataLoader(DictItems(48), batch_sampler=PairSampler(48),
+                                                       num_workers=2), 0.02, ["none"]),
+        "pin_memory, no accelerator": (DataLoader(helpers.WorkDataset(48, item_shape=(8,)), batch_size=4,
+                                                  pin_memory=True), 0.005, ["none"]),
+        "no batching, 1 worker": (DataLoader(helpers.WorkDataset(24), batch_size=None, num_workers=1), 0.005,
+                                  ["none"]),
+        "shuffled, spawn, persistent": (DataLoader(helpers.WorkDataset(48, item_wait_s=0.002), batch_size=4,
+                                                   shuffle=True, num_workers=1,
+                                                   multiprocessing_context="spawn",
+                                                   persistent_workers=True), 0.005, ["num_workers"]),
     }
-    for name, loader in loaders.items():
-        d = _diagnose(loader, 0.005, steps=8)
-        assert d.knobs() and d.steps == 8, name
+    for name, (loader, step_s, knobs) in cases.items():
+        d = _diagnose(loader, step_s, steps=12)
+        assert d.knobs() == knobs and d.steps == 12, (name, str(d))
+        if knobs == ["num_workers"]:
+            assert _advice(d, "num_workers").change == {"num_workers": 2}, (name, str(d))
         rebuilt = with_changes(loader, num_workers=loader.num_workers + 1)
         assert rebuilt.num_workers == loader.num_workers + 1, name
         assert [type(b).__name__ for b in rebuilt][:2] == [type(b).__name__ for b in loader][:2], name
-    zero = with_changes(loaders["shuffled, spawn"], num_workers=0)
+    zero = with_changes(cases["shuffled, spawn, persistent"][0], num_workers=0)
     assert zero.prefetch_factor is None and not zero.persistent_workers
+
+
+def test_idle_workers_get_no_advice_about_their_collate_or_their_samples(quiet_machine):
+    # Batches of two dicts each (a string, two tensors) against a 5 ms step: the loop waited a third of
+    # the time here (the hand-over of each small batch), while the 2 workers fetched ~1 ms per batch —
+    # half of that collate, all of it on the CPU. Advice to collate faster or load cheaper samples
+    # (both once given) cannot help workers that are idle most of the time.
+    from diagnose_loaders import DictItems, PairSampler
+
+    d = _diagnose(DataLoader(DictItems(48), batch_sampler=PairSampler(48), num_workers=2), 0.005, steps=12)
+    assert not {"collate_fn", "sample_cost", "num_workers"} & set(d.knobs()), str(d)
+
+
+def test_more_workers_for_an_iterable_dataset_come_with_the_sharding_they_need(quiet_machine):
+    d = _diagnose(DataLoader(helpers.WorkStream(48, item_wait_s=0.003), batch_size=2), 0.005, steps=12)
+    assert "get_worker_info()" in _advice(d, "num_workers").advice, str(d)
+    mapped = _diagnose(DataLoader(helpers.WorkDataset(48, item_wait_s=0.003), batch_size=2), 0.005, steps=12)
+    assert "get_worker_info()" not in _advice(mapped, "num_workers").advice, str(mapped)
+
+
+def test_other_processes_on_the_cores_lower_the_cap_for_computing_workers(quiet_machine, monkeypatch):
+    # The CPU-bound case above, with another process keeping one of the two cores busy: one worker.
+    monkeypatch.setattr(helpers.diagnosis, "_others_busy_cores", lambda *a, **k: 1.0)
+    d = _diagnose(DataLoader(helpers.WorkDataset(48, item_cpu_s=0.01), batch_size=4), 0.01, steps=10)
+    advice = _advice(d, "num_workers")
+    assert advice.change == {"num_workers": 1} and "kept 1.0 busy" in advice.because, str(d)
+    assert "about 1 free" in dict(d.rows())["cores"]
+
+
+def test_the_load_on_the_cores_is_measured_from_other_processes():
+    import multiprocessing as mp
+
+    from helpers.diagnosis import _others_busy_cores
+
+    idle = _others_busy_cores(0.3)
+    spinner = mp.get_context("fork").Process(target=helpers.burn_cpu, args=(3.0,), daemon=True)
+    spinner.start()
+    try:
+        busy = _others_busy_cores(0.5)
+    finally:
+        spinner.terminate()
+        spinner.join()
+    assert busy is not None and idle is not None
+    assert busy >= idle + 0.5, (idle, busy)  # one spinning process: about one core more
+
+
+def test_a_slow_copy_to_the_device_gets_pinning_advice(quiet_machine, monkeypatch):
+    import time
+
+    from helpers import recorder
+
+    def pageable_copy(batch, device, *, non_blocking=False):  # an 8 ms copy from pageable memory
+        time.sleep(0.008)
+        return batch
+
+    monkeypatch.setattr(recorder, "to_device", pageable_copy)
+    loader = DataLoader(helpers.WorkDataset(48, item_shape=(8,)), batch_size=4, num_workers=1)
+    d = _diagnose(loader, 0.01, steps=12, device="cpu")
+    assert "pin_memory" in d.knobs(), str(d)
+    assert "pin_memory" not in _diagnose(loader, 0.01, steps=12).knobs()  # no device: no copy to pin
+    pinned = DataLoader(helpers.WorkDataset(48, item_shape=(8,)), batch_size=4, num_workers=1,
+                        pin_memory=True)
+    assert "pin_memory" not in _diagnose(pinned, 0.01, steps=12, device="cpu").knobs()
 
 
 def test_empty_loaders_and_a_lambda_under_spawn_get_clear_errors():
@@ -226,7 +311,13 @@ def test_the_command_line_refuses_each_bad_input_with_its_fix(tmp_path):
     (tmp_path / "odd.py").write_text(
         "import helpers\nfrom torch.utils.data import DataLoader\n"
         "def three():\n    return DataLoader(helpers.WorkDataset(8)), None, 3\n")
+    (tmp_path / "moved.py").write_text(
+        "import helpers\nfrom helpers import torch_internals\nfrom torch.utils.data import DataLoader\n"
+        "def moved():\n    raise torch_internals.TorchInternalsChanged('_MapDatasetFetcher.fetch moved')\n"
+        "torch_internals.self_check = moved\n"
+        "def make():\n    return DataLoader(helpers.WorkDataset(8))\n")
     cases = ((["needs_missing:make"], "importing it failed: No module named 'not_installed"),
+             (["moved:make", "--step-ms", "5"], "In your own environment: run it with a torch the lab"),
              (["odd:three"], "a tuple of 3"),
              (["diagnose_loaders:make_loader", "--step-ms", "-5"], "--step-ms is the step's time"),
              (["diagnose_loaders:make_loader", "--device", "nonsense"], "not a device torch knows"))

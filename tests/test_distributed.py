@@ -64,15 +64,21 @@ def test_a_straggler_sets_the_pace_and_the_others_wait_for_it():
 
 @pytest.mark.parametrize("num_workers", [0, 1])
 def test_a_killed_rank_fails_the_launch_and_torchrun_lists_it(num_workers):
-    """With a forked worker the peer hears nothing (the worker holds the dead rank's sockets) and
-    is stopped by the agent; with none, its all_reduce fails at once. Either way torchrun lists
-    the killed rank among its failures (the root cause it names may be either rank)."""
+    """With none, the peer's all_reduce fails at once; a forked worker holds the dead rank's sockets,
+    so the peer may hear nothing before the agent stops it. Either way torchrun lists the killed
+    rank among its failures (the root cause it names may be either rank)."""
     run = helpers.launch(2, num_workers=num_workers, kill_rank=1, kill_step=2, **COMMON)
     assert run.returncode != 0 and not run.ok
     failures = run.failures()
     assert failures[1].startswith("-9") and set(failures) <= {0, 1}, run.output[-1500:]
     assert run.root_cause()["rank"][0] in "01"
-    assert run.peers_that_saw_it() == (set() if num_workers else {0}), run.output[-3000:]
+    # With no worker the peer's all_reduce fails at once (the launch polls once a second, so its error
+    # prints before the agent's SIGTERM). A forked worker holds the dead rank's sockets until it exits:
+    # whether the peer hears of it before the agent stops it is a race, either way.
+    if not num_workers:
+        assert run.peers_that_saw_it() == {0}, run.output[-3000:]
+    else:
+        assert run.peers_that_saw_it() <= {0}
     assert run.left_behind == [] and helpers.child_processes() == set()
 
 

@@ -138,3 +138,13 @@ def test_no_markdown_line_reads_as_a_heading_in_the_handouts():
             if cell["cell_type"] == "markdown":
                 for line in "".join(cell["source"]).splitlines():
                     assert not re.match(r"\s{0,3}#+[^#\s]", line), f"{path.name}: {line[:60]!r}"
+
+
+def test_a_plain_install_carries_every_subpackage():
+    # `packages = ["helpers"]` once left helpers.lessons out of any install but the editable one.
+    import fnmatch
+
+    found = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    packages = [".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "helpers").rglob("__init__.py")]
+    missing = [p for p in packages if not any(fnmatch.fnmatchcase(p, pattern) for pattern in found["include"])]
+    assert "helpers.lessons" in packages and not missing, missing
