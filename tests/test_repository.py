@@ -146,5 +146,5 @@ def test_a_plain_install_carries_every_subpackage():
 
     found = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
     packages = [".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "helpers").rglob("__init__.py")]
-    missing = [p for p in packages if not any(fnmatch.fnmatchcase(p, pattern) for pattern in found["include"])]
+    missing = [p for p in packages if not any(fnmatch.fnmatchcase(p, pat) for pat in found["include"])]
     assert "helpers.lessons" in packages and not missing, missing
