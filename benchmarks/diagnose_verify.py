@@ -18,7 +18,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from torch.utils.data import DataLoader, default_collate  # noqa: E402
 
 import helpers  # noqa: E402
-from helpers.diagnosis import Followed, _mean_and_noise, with_changes  # noqa: E402
+from helpers.timing.diagnosis.result import Followed  # noqa: E402
+from helpers.timing.diagnosis.run import _mean_and_noise, with_changes  # noqa: E402
 
 
 def own_loaders():

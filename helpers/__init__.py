@@ -1,52 +1,49 @@
-"""DataLoader Lab helpers: workloads, the timeline instrument, the step-time model,
-lesson checks, plots and the explorer widget.
+"""DataLoader Lab helpers: every public name the notebooks use, as ``helpers.X``.
 
-Notebooks call these; nothing that runs in a DataLoader worker is defined in a
-notebook cell. Plots and widgets load lazily (they still appear in ``dir(helpers)``
-and tab completion), so a worker process that imports ``helpers`` under spawn or
-forkserver does not pay for matplotlib or ipywidgets.
+The parts (``helpers/README.md`` has the map and where a new lesson's code goes):
 
-Layers, bottom to top: ``config``, ``torch_internals``, ``system``, ``transfer`` →
-``datasets``, ``storage``, ``models``, ``settings``, ``hooks``, ``timeline``,
-``recorder``, ``workers``, ``copy_on_read``, ``remote``, ``images``, ``resume``, ``distributed``,
-``failures``,
-``prefetch``, ``predict`` → ``theory``, ``checks``, ``diagnosis``,
-``analysis``, ``lessons``, ``setup_check`` → ``plots``, ``widgets``.
+- ``helpers/timing/`` — the instrument a learner takes to their own code: :func:`record`, the
+  timeline and its trace export, the step-time model, :func:`diagnose`; imports no other part;
+- ``helpers/data/`` — the course's workloads and stores (datasets, S3, images, torchrun, …);
+- ``helpers/models.py`` — the model side of a step;
+- ``helpers/lessons/`` — each notebook's lesson checks; ``helpers/classroom/`` — their framework,
+  predictions and the setup checks;
+- ``helpers/explorers/`` — the widgets (one base: settings → run → figure);
+- ``helpers/plots/`` — the figures;
+- ``config``, ``cores``, ``system`` — the base every part may use.
+
+Plots, explorers and ``helpers.data.images`` load lazily (they still appear in ``dir(helpers)``
+and tab completion), so a worker process that imports ``helpers`` under spawn or forkserver does
+not pay for matplotlib, ipywidgets or torchvision.
+
+Old module names that notebooks use (``helpers.theory``, ``helpers.transfer``, …) are the moved
+modules themselves (:data:`_MOVED`): the same objects, registered in ``sys.modules``.
 """
 
 from __future__ import annotations
 
 import importlib
+import sys
 from typing import Any
 
-from . import config, lessons, pauses, startup, torch_internals
-from .analysis import (
-    cycle,
-    epoch_first_batch_gaps,
-    median_interval_s,
-    predicted_fetch_speedup,
-    shutdown_gaps,
-    time_per_batch_after_startup,
-)
-from .checks import Check, LessonCheckFailed, LessonChecks, show_checks, timing_noise_s
+from . import config, failures, lessons, startup
+from .classroom.checks import Check, LessonCheckFailed, LessonChecks, show_checks, timing_noise_s
+from .classroom.predict import Prediction
+from .classroom.setup_check import checks_html, run_setup_checks
 from .config import available_cores, cache_dir, is_smoke, results_dir, seconds, sized, start_method
-from .copy_on_read import (
-    STORAGES,
+from .cores import cpu_limits, effective_cores
+from .data.copy_on_read.memory import (
     MemoryRun,
-    PathDataset,
     WorkerMemory,
-    encoded_bytes,
     epoch_workers,
     extra_private,
     extra_uss,
-    make_paths,
     measure_memory,
     memory_table,
-    sent_bytes,
     summarise,
 )
-from .cores import cpu_limits, effective_cores
-from .datasets import (
+from .data.copy_on_read.paths import STORAGES, PathDataset, encoded_bytes, make_paths, sent_bytes
+from .data.datasets import (
     BatchedTensorDataset,
     BatchedTutorialDataset,
     BatchedWorkDataset,
@@ -58,17 +55,10 @@ from .datasets import (
     burn_cpu,
     mnist_like,
 )
-from .diagnosis import (
-    Diagnosis,
-    Recommendation,
-    SlowCollate,
-    diagnose,
-    mystery_loader,
-    profile,
-    profiler_agreement,
-)
-from .distributed import DistRun, RankRecord, SetEpochSampler, SlowIds, SyncStep, launch
-from .failures import (
+from .data.distributed.launch import launch
+from .data.distributed.ranks import SetEpochSampler, SlowIds, SyncStep
+from .data.distributed.run import DistRun, RankRecord
+from .data.failures import (
     ShmMonitor,
     child_processes,
     run_demo,
@@ -76,33 +66,22 @@ from .failures import (
     shm_used_bytes,
     torch_segments,
 )
-from .hooks import MAIN_PROCESS
-from .models import ForumMLP, ModelledStep, TrainStep, TutorialNet
-from .predict import Prediction
-from .prefetch import BatchTransform, DevicePrefetcher, SerialisedDevicePrefetcher, ThreadPrefetcher
-from .recorder import record
-from .remote import (
-    Endpoint,
-    ObjectStore,
+from .data.mysteries import SlowCollate, mystery_loader
+from .data.prefetch import BatchTransform, DevicePrefetcher, SerialisedDevicePrefetcher, ThreadPrefetcher
+from .data.remote.dataset import S3Dataset
+from .data.remote.endpoint import Endpoint, StoreError, error_of, port_open
+from .data.remote.objects import (
     ObjectTiming,
-    Requests,
-    S3Dataset,
-    StoreError,
-    client_setup_s,
     download,
-    error_of,
-    measure_requests,
     median_timing,
-    port_open,
-    request_slowdown,
-    samples_per_s,
     time_endpoints,
     time_files,
     time_objects,
     timing_table,
 )
-from .report import Table, progress, table
-from .resume import (
+from .data.remote.requests import Requests, client_setup_s, measure_requests, request_slowdown, samples_per_s
+from .data.remote.store import ObjectStore
+from .data.resume import (
     SET_VITAL_FILTER,
     IdDataset,
     ResumeResult,
@@ -110,9 +89,17 @@ from .resume import (
     set_vital_warning,
     stateful_loader,
 )
-from .settings import HAS_IN_ORDER, LoaderSettings
-from .setup_check import checks_html, run_setup_checks
-from .storage import BatchedSqliteDataset, SqliteDataset, make_sqlite_db
+from .data.storage import BatchedSqliteDataset, SqliteDataset, make_sqlite_db
+from .data.transfer import copy_bandwidth, nonblocking_readback_trap, pin_memory_warning, pinned_budget_bytes
+from .data.workers import (
+    EpochEchoDataset,
+    EpochSampler,
+    SharedEpoch,
+    epochs_seen,
+    process_memory,
+    worker_memory,
+)
+from .models import ForumMLP, ModelledStep, TrainStep, TutorialNet
 from .system import (
     accelerator_name,
     describe_machine,
@@ -124,7 +111,24 @@ from .system import (
     torch_threads,
     use_start_method,
 )
-from .theory import (
+from .timing import pauses, torch_internals
+from .timing.analysis import (
+    cycle,
+    epoch_first_batch_gaps,
+    median_interval_s,
+    predicted_fetch_speedup,
+    shutdown_gaps,
+    time_per_batch_after_startup,
+)
+from .timing.device import batch_nbytes, to_device
+from .timing.diagnosis.result import Diagnosis
+from .timing.diagnosis.rules import Recommendation
+from .timing.diagnosis.run import diagnose
+from .timing.hooks import MAIN_PROCESS
+from .timing.recorder import record
+from .timing.report import Table, progress, table
+from .timing.settings import HAS_IN_ORDER, LoaderSettings
+from .timing.theory import (
     as_timeline,
     first_batch_time,
     recommend_num_workers,
@@ -132,23 +136,8 @@ from .theory import (
     simulated_intervals,
     step_time,
 )
-from .timeline import BatchRecord, EpochRecord, Pause, Span, Timeline
-from .transfer import (
-    batch_nbytes,
-    copy_bandwidth,
-    nonblocking_readback_trap,
-    pin_memory_warning,
-    pinned_budget_bytes,
-    to_device,
-)
-from .workers import (
-    EpochEchoDataset,
-    EpochSampler,
-    SharedEpoch,
-    epochs_seen,
-    process_memory,
-    worker_memory,
-)
+from .timing.timeline import BatchRecord, EpochRecord, Pause, Span, Timeline
+from .timing.trace import profile, profiler_agreement
 
 _LAZY = {
     "plot_timeline": "plots",
@@ -167,25 +156,51 @@ _LAZY = {
     "plot_resume": "plots",
     "plot_ranks": "plots",
     "show_image": "plots",
-    "JpegDataset": "images",
-    "cost_per_image": "images",
-    "deprecation_notice": "images",
-    "decode_rate": "images",
-    "gpu_decode_rate": "images",
-    "images_per_s": "images",
-    "make_jpegs": "images",
-    "normalize_on_device": "images",
-    "pack_tar": "images",
-    "tar_index": "images",
-    "train_transform": "images",
-    "ImageExplorer": "widgets",
-    "TimelineExplorer": "widgets",
-    "MemoryExplorer": "widgets",
-    "RemoteExplorer": "widgets",
-    "ResumeExplorer": "widgets",
-    "DiagnoseExplorer": "widgets",
-    "DistExplorer": "widgets",
+    "plot_diagnosis": "plots",
+    "JpegDataset": "data.images",
+    "cost_per_image": "data.images",
+    "deprecation_notice": "data.images",
+    "decode_rate": "data.images",
+    "gpu_decode_rate": "data.images",
+    "images_per_s": "data.images",
+    "make_jpegs": "data.images",
+    "normalize_on_device": "data.images",
+    "pack_tar": "data.images",
+    "tar_index": "data.images",
+    "train_transform": "data.images",
+    "ImageExplorer": "explorers",
+    "TimelineExplorer": "explorers",
+    "MemoryExplorer": "explorers",
+    "RemoteExplorer": "explorers",
+    "ResumeExplorer": "explorers",
+    "DiagnoseExplorer": "explorers",
+    "DistExplorer": "explorers",
 }
+
+
+#: Old module names the notebooks use, each the very module at its new home (one object: its
+#: state, monkeypatching and pickling are the new module's). ``helpers.startup``, ``helpers.failures``
+#: and ``helpers.diagnose`` are files (``python -m`` runs them); ``helpers.lessons``, ``helpers.config``
+#: did not move.
+_MOVED = {
+    "diagnosis": "helpers.data.mysteries",  # notebook 16: helpers.diagnosis.PLANTED
+    "pauses": "helpers.timing.pauses",  # notebook 02: helpers.pauses.measure_collections
+    "theory": "helpers.timing.theory",  # notebooks 02, 11: helpers.theory.measured_main_s
+    "torch_internals": "helpers.timing.torch_internals",  # notebook 05: .shutdown_workers
+    "transfer": "helpers.data.transfer",  # notebook 06: PinnedMemoryTaken, pinned_block_bytes
+}
+for _old, _new in _MOVED.items():
+    sys.modules[f"{__name__}.{_old}"] = globals()[_old] = importlib.import_module(_new)
+
+
+def _draw_diagnosis(diagnosis: Diagnosis, title: str | None = None) -> Any:
+    """``Diagnosis.plot``: the instrument imports no plots; this connects them, loading plots lazily."""
+    from .plots.diagnosis import plot_diagnosis
+
+    return plot_diagnosis(diagnosis, title)
+
+
+importlib.import_module("helpers.timing.diagnosis.result").draw = _draw_diagnosis
 
 
 def __getattr__(name: str) -> Any:
@@ -200,7 +215,8 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
-    "config", "lessons", "pauses", "startup", "torch_internals",
+    "config", "failures", "lessons", "pauses", "startup", "torch_internals", "diagnosis", "theory",
+    "transfer",
     "MAIN_PROCESS", "HAS_IN_ORDER", "BatchRecord", "EpochRecord", "Pause", "Span", "Timeline", "record",
     "LoaderSettings", "Table", "progress", "table",
     "available_cores", "cache_dir", "cpu_limits", "effective_cores", "is_smoke", "results_dir", "seconds",

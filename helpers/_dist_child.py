@@ -1,5 +1,5 @@
 """One rank of notebook 17's data-parallel run, started by torchrun (see
-:mod:`helpers.distributed`): a DataLoader over a DistributedSampler, recorded, with an
+:mod:`helpers.data.distributed`): a DataLoader over a DistributedSampler, recorded, with an
 all_reduce at the end of every step; writes what it saw to ``out/rank<r>.json``."""
 
 import json
@@ -10,8 +10,8 @@ from time import perf_counter as clock
 import torch.distributed as dist
 from torch.utils.data import DataLoader, DistributedSampler
 
-from helpers.distributed import SetEpochSampler, SlowIds, SyncStep
-from helpers.recorder import record
+from helpers.data.distributed.ranks import SetEpochSampler, SlowIds, SyncStep
+from helpers.timing.recorder import record
 
 
 def main(config: dict) -> None:

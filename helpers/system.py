@@ -10,7 +10,7 @@ import platform
 import shutil
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -161,6 +161,16 @@ def describe_machine() -> MachineDescription:
     )
 
 
+#: Called as ``callback(path, results)`` after :func:`save_results` writes: registered by the layers
+#: above (``helpers.classroom.predict``), which this base module does not import.
+_ON_SAVE: list[Callable[[Path, dict[str, Any]], None]] = []
+
+
+def on_save(callback: Callable[[Path, dict[str, Any]], None]) -> None:
+    """Call ``callback(path, results)`` after every :func:`save_results`."""
+    _ON_SAVE.append(callback)
+
+
 def save_results(notebook: str, results: dict[str, Any]) -> Path:
     """Write ``results/<notebook>.json``: the headline measurements plus the machine.
 
@@ -176,7 +186,6 @@ def save_results(notebook: str, results: dict[str, Any]) -> Path:
         "results": results,
     }
     path.write_text(json.dumps(payload, indent=2, sort_keys=True))
-    from .predict import saved  # a prediction's later picks (a vote in class) update this file
-
-    saved(path, results)
+    for callback in _ON_SAVE:  # a prediction's later picks (a vote in class) update this file
+        callback(path, results)
     return path

@@ -107,9 +107,9 @@ def core_series(where: str) -> None:
     fig.savefig(OUT / "prefetch_slow_samples.png", dpi=100)
 
     methods = mp.get_all_start_methods()
-    children = {m: helpers.startup.record_in_child(m, item_wait_s=0.1) for m in methods}
+    children = {m: helpers.data.startup.record_in_child(m, item_wait_s=0.1) for m in methods}
     if "forkserver" in methods:
-        children["forkserver + preload"] = helpers.startup.record_in_child(
+        children["forkserver + preload"] = helpers.data.startup.record_in_child(
             "forkserver", preload=["torch", "helpers"], item_wait_s=0.1
         )
     fig = helpers.plot_timelines(

@@ -1,8 +1,9 @@
 """A pytest plugin for ``tests/test_check_coverage.py``: records where each lesson check was built.
 
 Loaded with ``-p check_recorder`` in a pytest run of the lesson tests (a subprocess of that test),
-and active only when ``DLLAB_CHECK_RECORD_DIR`` names a folder. For every :class:`helpers.checks.Check`
-created during a test, it notes the call site that built it — the innermost frame in
+and active only when ``DLLAB_CHECK_RECORD_DIR`` names a folder. For every
+:class:`helpers.classroom.checks.Check` created during a test, it notes the call site that built
+it — the innermost frame in
 ``helpers/lessons/``, as file and the source span of the call being executed there — with the
 verdict and the claim. A test's records are written only when the test passed, so a failing case
 counts only where the test that builds it (and asserts on it) succeeds.
@@ -41,11 +42,11 @@ def _call_site(lessons_dir: str) -> tuple[str, list[int | None]] | None:
 def pytest_configure(config):
     if not _FOLDER:
         return
-    import helpers.checks
+    import helpers.classroom.checks
     import helpers.lessons
 
     lessons_dir = os.path.realpath(os.path.dirname(helpers.lessons.__file__)) + os.sep
-    build = helpers.checks.Check.__init__
+    build = helpers.classroom.checks.Check.__init__
 
     def recording_init(self, *args, **kwargs):
         build(self, *args, **kwargs)
@@ -53,7 +54,7 @@ def pytest_configure(config):
         if site is not None:
             _pending.append({"file": site[0], "span": site[1], "claim": self.claim, "passed": self.passed})
 
-    helpers.checks.Check.__init__ = recording_init
+    helpers.classroom.checks.Check.__init__ = recording_init
 
 
 def pytest_runtest_setup(item):

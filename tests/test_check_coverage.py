@@ -2,10 +2,11 @@
 unit test in which it fails (verdict ✗) on a configuration where its lesson is false.
 
 The check sites are found in the source: every call, in a lesson module, of ``Check(...)`` or of a
-function of ``helpers/checks.py`` that returns one (``holds``, ``at_least``, ``near``, ``exceeds``, …),
-except those that can only say "premise failed" (``premise_failed``, ``Check(..., None, ...)``): a
-premise is not a claim. A site whose verdict is the literal True cannot fail: it is never covered
-(build the ✓ and the ✗ from one expression, e.g. ``holds(claim, after > before, ...)``).
+function of ``helpers/classroom/checks.py`` that returns one (``holds``, ``at_least``, ``near``,
+``exceeds``, …), except those that can only say "premise failed" (``premise_failed``,
+``Check(..., None, ...)``): a premise is not a claim. A site whose verdict is the literal True
+cannot fail: it is never covered (build the ✓ and the ✗ from one expression, e.g.
+``holds(claim, after > before, ...)``).
 
 The test files that use a lesson's checks run in a pytest subprocess with ``tests/check_recorder.py``,
 which notes, for every check a *passing* test built, the call site in ``helpers/lessons/`` that built
@@ -66,9 +67,9 @@ class Site:
 
 
 def constructors() -> tuple[set[str], set[str]]:
-    """The functions of ``helpers/checks.py`` that return a :class:`Check`, with ``Check`` itself:
+    """The functions of ``helpers/classroom/checks.py`` that return a :class:`Check`, with ``Check`` itself:
     (those that can return a ✗, those that can only return "premise failed")."""
-    tree = ast.parse((ROOT / "helpers" / "checks.py").read_text())
+    tree = ast.parse((ROOT / "helpers" / "classroom" / "checks.py").read_text())
     can_fail, premise_only = {"Check"}, set()
     for node in tree.body:
         returns = getattr(node, "returns", None)
@@ -122,7 +123,7 @@ def check_sites(source: str, file: str) -> list[Site]:
         if isinstance(node.func, ast.Name):
             constructor = names.get(node.func.id)
         elif isinstance(node.func, ast.Attribute) and ast.unparse(node.func.value).split(".")[-1] == "checks":
-            constructor = node.func.attr  # checks.at_least(...), helpers.checks.at_least(...)
+            constructor = node.func.attr  # checks.at_least(...), helpers.classroom.checks.at_least(...)
         else:
             constructor = None
         if constructor not in can_fail:  # not a check (timing_noise_s, …), or only a premise

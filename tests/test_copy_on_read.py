@@ -10,7 +10,7 @@ import pytest
 from torch.utils.data import DataLoader
 
 import helpers
-from helpers.copy_on_read import MiB, extra_uss, noise_margin_bytes
+from helpers.data.copy_on_read import MiB, extra_uss, noise_margin_bytes
 
 FORK = "fork" in mp.get_all_start_methods()
 PATHS = helpers.make_paths(300_000)
@@ -119,7 +119,7 @@ def test_workers_are_found_under_spawn_and_forkserver_but_not_the_helpers(method
                         multiprocessing_context=method)
     iterator = iter(loader)
     next(iterator)
-    workers = {w.pid for w in helpers.torch_internals.worker_processes(iterator)}
+    workers = {w.pid for w in helpers.timing.torch_internals.worker_processes(iterator)}
     assert workers <= helpers.child_processes()
     del iterator
     run, _, memory = helpers.measure_memory(loader, helpers.ModelledStep(0.01), progress=False)

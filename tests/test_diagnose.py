@@ -13,7 +13,7 @@ import pytest
 from torch.utils.data import DataLoader
 
 import helpers
-from helpers.diagnosis import PLANTED
+from helpers.data.mysteries import PLANTED
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -102,13 +102,21 @@ def test_zero_workers_get_the_sizing_rules_answer():
     assert "unexplained" not in d.knobs()
 
 
+def _patch_diagnosis_cpu_limits(monkeypatch, limits):
+    """The diagnosis's modules that read the effective cores (each bound ``cpu_limits`` by name)."""
+    from helpers.timing.diagnosis import result, rules, run
+
+    for module in (result, rules, run):
+        monkeypatch.setattr(module, "cpu_limits", lambda *a, **k: limits)
+
+
 def test_cpu_bound_loading_is_capped_at_the_effective_cores_and_waiting_is_not(monkeypatch):
     # 40 ms of work per batch against a 10 ms step: the rule asks for 4 or 5 workers either way.
     from helpers import cores
 
     two = cores.CpuLimits(2, "os.sched_getaffinity", None)
     monkeypatch.setattr(cores, "cpu_limits", lambda *a, **k: two)
-    monkeypatch.setattr(helpers.diagnosis, "cpu_limits", lambda *a, **k: two)
+    _patch_diagnosis_cpu_limits(monkeypatch, two)
     computing = _diagnose(DataLoader(helpers.WorkDataset(48, item_cpu_s=0.01), batch_size=4), 0.01, steps=10)
     advice = _advice(computing, "num_workers")
     assert advice.change == {"num_workers": 2} and "computes" in advice.because, str(computing)
@@ -121,7 +129,7 @@ def test_cpu_bound_workers_that_fill_the_cores_get_the_sample_cost_not_more_work
     from helpers import cores
 
     two = cores.CpuLimits(2, "os.sched_getaffinity", None)
-    monkeypatch.setattr(helpers.diagnosis, "cpu_limits", lambda *a, **k: two)
+    _patch_diagnosis_cpu_limits(monkeypatch, two)
     d = _diagnose(DataLoader(helpers.WorkDataset(96, item_cpu_s=0.008), batch_size=4, num_workers=2), 0.005,
                   steps=16)
     assert "sample_cost" in d.knobs() and "num_workers" not in d.knobs(), str(d)
@@ -155,15 +163,15 @@ def quiet_machine(monkeypatch):
 
     two = cores.CpuLimits(2, "os.sched_getaffinity", None)
     monkeypatch.setattr(cores, "cpu_limits", lambda *a, **k: two)
-    monkeypatch.setattr(helpers.diagnosis, "cpu_limits", lambda *a, **k: two)
-    monkeypatch.setattr(helpers.diagnosis, "_others_busy_cores", lambda *a, **k: 0.0)
+    _patch_diagnosis_cpu_limits(monkeypatch, two)
+    monkeypatch.setattr(helpers.timing.diagnosis.run, "_others_busy_cores", lambda *a, **k: 0.0)
     return two
 
 
 def test_loaders_of_every_kind_get_the_advice_a_careful_engineer_would_give(quiet_machine):
     from diagnose_loaders import DictItems, PairSampler
 
-    from helpers.diagnosis import with_changes
+    from helpers.timing.diagnosis.run import with_changes
 
     # (loader, step in s, the knobs the advice must be); fetches that wait 6-8 ms per batch against a
     # 5 ms step need a second worker; loaders whose samples cost nothing keep up with it.
@@ -215,7 +223,7 @@ def test_more_workers_for_an_iterable_dataset_come_with_the_sharding_they_need(q
 
 def test_other_processes_on_the_cores_lower_the_cap_for_computing_workers(quiet_machine, monkeypatch):
     # The CPU-bound case above, with another process keeping one of the two cores busy: one worker.
-    monkeypatch.setattr(helpers.diagnosis, "_others_busy_cores", lambda *a, **k: 1.0)
+    monkeypatch.setattr(helpers.timing.diagnosis.run, "_others_busy_cores", lambda *a, **k: 1.0)
     d = _diagnose(DataLoader(helpers.WorkDataset(48, item_cpu_s=0.01), batch_size=4), 0.01, steps=10)
     advice = _advice(d, "num_workers")
     assert advice.change == {"num_workers": 1} and "kept 1.0 busy" in advice.because, str(d)
@@ -225,7 +233,7 @@ def test_other_processes_on_the_cores_lower_the_cap_for_computing_workers(quiet_
 def test_the_load_on_the_cores_is_measured_from_other_processes():
     import multiprocessing as mp
 
-    from helpers.diagnosis import _others_busy_cores
+    from helpers.timing.diagnosis.run import _others_busy_cores
 
     idle = _others_busy_cores(0.3)
     spinner = mp.get_context("fork").Process(target=helpers.burn_cpu, args=(3.0,), daemon=True)
@@ -242,7 +250,7 @@ def test_the_load_on_the_cores_is_measured_from_other_processes():
 def test_a_slow_copy_to_the_device_gets_pinning_advice(quiet_machine, monkeypatch):
     import time
 
-    from helpers import recorder
+    from helpers.timing import recorder
 
     def pageable_copy(batch, device, *, non_blocking=False):  # an 8 ms copy from pageable memory
         time.sleep(0.008)
@@ -287,7 +295,8 @@ def test_a_cuda_step_is_waited_for_in_the_replay(monkeypatch):
 
 
 def test_the_diagnosis_checks_the_torch_internals_first(monkeypatch):
-    from helpers import diagnosis, torch_internals
+    from helpers.timing import torch_internals
+    from helpers.timing.diagnosis import run as diagnosis
 
     def moved():
         raise torch_internals.TorchInternalsChanged("_MapDatasetFetcher.fetch moved: run make lab")
@@ -312,7 +321,8 @@ def test_the_command_line_refuses_each_bad_input_with_its_fix(tmp_path):
         "import helpers\nfrom torch.utils.data import DataLoader\n"
         "def three():\n    return DataLoader(helpers.WorkDataset(8)), None, 3\n")
     (tmp_path / "moved.py").write_text(
-        "import helpers\nfrom helpers import torch_internals\nfrom torch.utils.data import DataLoader\n"
+        "import helpers\nfrom helpers.timing import torch_internals\n"
+        "from torch.utils.data import DataLoader\n"
         "def moved():\n    raise torch_internals.TorchInternalsChanged('_MapDatasetFetcher.fetch moved')\n"
         "torch_internals.self_check = moved\n"
         "def make():\n    return DataLoader(helpers.WorkDataset(8))\n")
@@ -333,8 +343,8 @@ def test_the_command_line_refuses_each_bad_input_with_its_fix(tmp_path):
 def test_persistent_workers_prediction_counts_each_epochs_shutdown():
     """Kept workers spare each epoch's end too: the last next() joins non-persistent workers
     (notebook 05), and the old iterator goes before the next iter()."""
-    from helpers.diagnosis import _epoch_ends_s
-    from helpers.timeline import BatchRecord, EpochRecord, Timeline
+    from helpers.timing.diagnosis.rules import _epoch_ends_s
+    from helpers.timing.timeline import BatchRecord, EpochRecord, Timeline
 
     batches = [BatchRecord(e, 0, 0, s, s + 0.1, s, s + 0.1, s + 0.2, 0, (0,), 1)
                for e, s in ((0, 1.0), (1, 3.0))]

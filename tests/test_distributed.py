@@ -88,7 +88,7 @@ def test_descendants_are_found_when_their_parent_died_and_their_command_line_dif
     import subprocess
     import sys
 
-    from helpers.distributed import Descendants, wait_for_exit
+    from helpers.data.distributed import Descendants, wait_for_exit
 
     tag = str(tmp_path / "tag")
     script = ("import subprocess, sys, time\n"
@@ -117,7 +117,7 @@ def test_wait_for_exit_stops_what_is_left(tmp_path):
     import subprocess
     import sys
 
-    from helpers.distributed import wait_for_exit
+    from helpers.data.distributed import wait_for_exit
 
     tag = str(tmp_path / "tag")
     left = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", tag])

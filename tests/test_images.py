@@ -10,7 +10,7 @@ from torch.utils.data import DataLoader
 from torchvision.io import decode_jpeg
 
 import helpers
-from helpers.images import MEAN, STD, synthetic_image
+from helpers.data.images import MEAN, STD, synthetic_image
 
 
 @pytest.fixture(scope="module")

@@ -105,9 +105,11 @@ def test_show_checks_renders_and_raises_on_a_failed_claim(monkeypatch):
 
     shown = []
     monkeypatch.setattr(IPython.display, "display", lambda obj: shown.append(obj))
-    good = helpers.checks.holds("a true claim", True, "1 == 1")
-    bad = helpers.checks.holds("a false claim", False, "1 != 2")
-    untested = helpers.checks.premise_failed("an untested claim", "0.4 cores free", "needs 2 free cores")
+    from helpers.classroom import checks
+
+    good = checks.holds("a true claim", True, "1 == 1")
+    bad = checks.holds("a false claim", False, "1 != 2")
+    untested = checks.premise_failed("an untested claim", "0.4 cores free", "needs 2 free cores")
     helpers.show_checks([good, untested])
     assert "premise failed" in shown[0]._repr_html_() and "✓" in shown[0]._repr_html_()
     with pytest.raises(helpers.LessonCheckFailed, match="a false claim"):
@@ -116,7 +118,7 @@ def test_show_checks_renders_and_raises_on_a_failed_claim(monkeypatch):
 
 # -- 00 · setup check ----------------------------------------------------------------------------
 def test_setup_checks_fail_on_a_wrong_torch_and_a_start_method_that_did_not_start():
-    from helpers import setup_check
+    from helpers.classroom import setup_check
     from helpers.lessons import setup
 
     good = [
@@ -140,7 +142,7 @@ def test_setup_checks_fail_on_a_wrong_torch_and_a_start_method_that_did_not_star
 # -- 02 · how many workers ----------------------------------------------------------------------
 def sizing_case(load_for=None, after_start_s=0.5, frozen_s=0.0, start_method="fork"):
     from helpers.lessons.num_workers import Calibration
-    from helpers.pauses import CollectionTimes
+    from helpers.timing.pauses import CollectionTimes
 
     cal = Calibration(
         n=0.14,
@@ -388,7 +390,7 @@ def startup_case(
     shutdown=None,
     fix_seen=None,
 ):
-    from helpers.workers import ProcessMemory
+    from helpers.data.workers import ProcessMemory
 
     children = {
         "fork": epochs_timeline([fork_first, 0.03]),
@@ -518,7 +520,7 @@ class HostAllocatorModel:
         self.cached: list[int] = []
 
     def allocate(self, nbytes):
-        from helpers.transfer import pinned_block_bytes
+        from helpers.data.transfer import pinned_block_bytes
 
         size = pinned_block_bytes(nbytes)
         if size in self.cached:
@@ -566,7 +568,7 @@ def pinned_loader_run(allocator, batch_bytes, in_flight=6, batches=16):
 def test_pinned_budget_is_what_the_run_took_not_what_the_allocator_had_cached():
     import torch
 
-    from helpers.transfer import PinnedMemoryTaken
+    from helpers.data.transfer import PinnedMemoryTaken
 
     full_sizes = [2**k for k in range(16, 29 + 1, 2)]  # notebook 06's sweep: 64 KiB ... 256 MiB
     batch = [32 * 3 * 224 * 224 * 4, 32 * 8]  # 18.4 MiB of images (a 32 MiB block) and the labels
@@ -593,8 +595,8 @@ def test_pinned_budget_is_what_the_run_took_not_what_the_allocator_had_cached():
 
 
 def test_pinned_checks_on_a_gpu_fail_when_pinning_buys_nothing():
+    from helpers.data.transfer import CopyTiming
     from helpers.lessons import pinned
-    from helpers.transfer import CopyTiming
 
     good = [CopyTiming(2**28, 7.0, 53.0, 20.0, 0.035, 2e-5)]
     checks = pinned.checks(
@@ -864,7 +866,7 @@ def straggler_loads(every=21, items=60, n=0.02):
 
 def straggler_runs(loads=None, out_of_order_loads=None, y=0.01):
     """The model's in-order run and its out-of-order run (``theory.simulate_out_of_order``)."""
-    from helpers import theory
+    from helpers.timing import theory
 
     loads = loads or straggler_loads()
     free_loads = out_of_order_loads or loads
@@ -920,8 +922,8 @@ def test_in_order_checks_fail_when_out_of_order_changes_the_typical_step():
 
 
 def test_out_of_order_model_gives_a_stuck_workers_tasks_to_the_others():
-    from helpers import theory
     from helpers.lessons import in_order
+    from helpers.timing import theory
 
     # Notebook 09 at full size, in the model. In order the other workers start only their own
     # prefetch slots' worth beside a straggler (3 × 2 = 6), then the loop waits and sends nothing;
@@ -983,7 +985,7 @@ def test_resume_by_count_counts_repeats_and_skips():
 
 # -- 10 · shared memory ----------------------------------------------------------------------------------
 def demo(returncode=0, **result):
-    from helpers.failures import DemoResult
+    from helpers.data.failures import DemoResult
 
     return DemoResult(command=[], returncode=returncode, output=result.pop("output", ""), result=result)
 
@@ -1156,7 +1158,7 @@ def test_the_capstone_model_predicts_its_own_stages():
 def cow_case(list_extra=1.0, obj_extra=1.0, array_extra=0.0, tensor_sent=200, persistent_same=True,
              persistent_kept=1.0, fresh_new=2, fresh_extra=1.0, list_mib=100.0, by_value=0.4,
              spawn_extra=1.0):
-    from helpers.copy_on_read import EpochWorkers, MemoryRun, MiB
+    from helpers.data.copy_on_read import EpochWorkers, MemoryRun, MiB
 
     base = 300 * MiB
     data = int(list_mib * MiB)
@@ -1209,7 +1211,7 @@ def test_copy_on_read_spawn_check_reads_private_dirty_not_uss():
     # Measured here: spawned no-data workers' USS peaked anywhere from 322 to 474 MiB (library pages
     # only one worker read in), while their private dirty memory stayed at 285.8-285.9 MiB and a list
     # worker's at 311-315 MiB. A USS below "half the list" must not fail the check; private dirty decides.
-    from helpers.copy_on_read import MemoryRun, MiB
+    from helpers.data.copy_on_read import MemoryRun, MiB
     from helpers.lessons import copy_on_read
 
     runs, sent, encoded, persistent, fresh, (_, none) = cow_case()
@@ -1249,7 +1251,7 @@ def remote_requests(in_flight, duration, *, parts=None, cpu=None, waves=3):
     the proxy's split of each (``parts``, seconds per part) and the CPU per request (``cpu``)."""
     import numpy as np
 
-    from helpers.remote import PART_FIELDS, Requests
+    from helpers.data.remote import PART_FIELDS, Requests
 
     rows = [[0, j, w * duration, w * duration + duration * 0.99, (w + 1) * duration, 0, w * in_flight + j,
              w * duration] for w in range(waves) for j in range(in_flight)]
@@ -1264,7 +1266,7 @@ def remote_requests(in_flight, duration, *, parts=None, cpu=None, waves=3):
 def remote_case(*, added=0.040, serial_rate=40.0, pool_rate=200.0, alone=0.050, crowded=0.080, peaks=(2, 16),
                 carried=0, cache_rates=(270.0, 8000.0), crowded_parts=None, crowded_cpu=None, grid=None):
     """Measurements like notebook 13's (40 ms round trip, 2 workers, 8 threads; section 4's grid)."""
-    from helpers.remote import ObjectTiming
+    from helpers.data.remote import ObjectTiming
 
     small, large, rtt = 16 * 1024, 2 * 2**20, 0.040
     timings = []
@@ -1442,7 +1444,7 @@ def test_decode_rate_leaves_start_up_and_the_tail_out():
     # before worker 1 came up (twice as fast: it had the cores to itself) do not count.
     from types import SimpleNamespace
 
-    from helpers.images import decode_rate, images_per_s
+    from helpers.data.images import decode_rate, images_per_s
 
     def batch(worker, start, took=0.1):
         return SimpleNamespace(worker=worker, indices=list(range(32)), fetch_start=start,
@@ -1460,7 +1462,7 @@ def resume_case(**changes):
     """Results like notebook 15's (256 samples, batches of 8, checkpoint at step 10)."""
     import collections
 
-    from helpers.resume import ResumeResult
+    from helpers.data.resume import ResumeResult
 
     def result(kind, repeats=(), missing=()):
         counts = collections.Counter({i: 1 for i in range(256) if i not in missing})
@@ -1489,8 +1491,8 @@ def test_resume_checks_pass_when_the_lesson_holds():
 def test_resume_checks_fail_when_resuming_is_not_what_the_lesson_says():
     import collections
 
+    from helpers.data.resume import ResumeResult
     from helpers.lessons import resume
-    from helpers.resume import ResumeResult
 
     case = resume_case()
     lossy = ResumeResult("stateful", 256, 10, 13, -9, collections.Counter(range(200)), [])
@@ -1515,8 +1517,8 @@ def test_resume_out_of_order_check_fails_when_the_damage_is_not_one_batch_each_w
     # repeats without anything missing (a batch trained twice, none lost: not the overtaking pattern).
     import collections
 
+    from helpers.data.resume import ResumeResult
     from helpers.lessons import resume
-    from helpers.resume import ResumeResult
 
     case = resume_case()
     for repeats, missing in ((range(80, 96), range(72, 80)), (range(80, 88), ())):
@@ -1560,7 +1562,7 @@ def test_diagnosis_checks_pass_when_the_lesson_holds():
 
 
 def _followed(before_s, after_s, predicted_s, noise_s=0.001):
-    from helpers.diagnosis import Followed, Recommendation
+    from helpers.timing.diagnosis import Followed, Recommendation
 
     advice = Recommendation("num_workers", "num_workers=4", "…", {"num_workers": 4}, predicted_s)
     return Followed(advice, before_s, after_s, noise_s, None)
@@ -1637,8 +1639,8 @@ def test_way_in_reports_a_loader_that_keeps_up_as_a_failed_premise():
 # -- 17 distributed -------------------------------------------------------------------------------
 def dist_case():
     """DistRuns like notebook 17's (2 ranks, 251 samples)."""
-    from helpers.distributed import DistRun, RankRecord
-    from helpers.timeline import BatchRecord, EpochRecord, Timeline
+    from helpers.data.distributed import DistRun, RankRecord
+    from helpers.timing.timeline import BatchRecord, EpochRecord, Timeline
 
     def rank(r, ids, step_every, fetch_s, wait_s, data_wait_s=0.001):
         batches = [BatchRecord(0, i, 0, i * step_every, i * step_every + fetch_s, i * step_every,
@@ -1740,7 +1742,7 @@ def test_distributed_pace_check_fails_when_the_fast_ranks_go_their_own_speed():
 
 
 def test_distributed_checks_report_a_failed_launch():
-    from helpers.distributed import DistRun
+    from helpers.data.distributed import DistRun
     from helpers.lessons import distributed
 
     case = dist_case()

@@ -1,7 +1,7 @@
 """Patterns a learner copies are shown in the notebooks' markdown as code, and stay the code that runs.
 
 A *pattern block* is a ```python block in a markdown cell whose first line names where its code
-lives: ``# helpers/prefetch.py · DevicePrefetcher._prepare``. The rest of the block must be exactly
+lives: ``# helpers/data/prefetch.py · DevicePrefetcher._prepare``. The rest of the block must be exactly
 that object's source in ``helpers`` (the code the lab runs: workers import it by name under spawn).
 No code cell shows a pattern with ``inspect.getsource``: read as committed, without outputs, that
 shows nothing."""
@@ -75,8 +75,8 @@ def test_the_patterns_a_learner_copies_are_shown():
 
 
 def test_a_changed_block_is_caught_and_named():
-    code = source_of("helpers/prefetch.py", "DevicePrefetcher._hand_out")
-    assert mismatch("helpers/prefetch.py", "DevicePrefetcher._hand_out", code) == ""
+    code = source_of("helpers/data/prefetch.py", "DevicePrefetcher._hand_out")
+    assert mismatch("helpers/data/prefetch.py", "DevicePrefetcher._hand_out", code) == ""
     changed = code.replace("wait_event(copied)", "wait_stream(self.stream)")
-    text = mismatch("helpers/prefetch.py", "DevicePrefetcher._hand_out", changed)
+    text = mismatch("helpers/data/prefetch.py", "DevicePrefetcher._hand_out", changed)
     assert "differs from the block" in text and "wait_stream(self.stream)" in text

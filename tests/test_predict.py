@@ -2,7 +2,7 @@
 
 import pytest
 
-from helpers.predict import Prediction, answer_html, compare
+from helpers.classroom.predict import Prediction, answer_html, compare
 
 CHOICES = {"1.25 s": 1.25, "1 s": 1.0, "0.5 s": 0.5, "0.25 s": 0.25}
 

@@ -12,7 +12,7 @@ import torch
 from conftest import make_loader
 
 import helpers
-from helpers import prefetch
+from helpers.data import prefetch
 
 
 def wait_loader(items=8, item_wait_s=0.02, num_workers=2, **kwargs):
@@ -279,7 +279,7 @@ def test_to_device_and_batch_nbytes_walk_nested_batches():
 
 
 def test_pinned_budget_counts_power_of_two_blocks():
-    from helpers.transfer import pinned_block_bytes
+    from helpers.data.transfer import pinned_block_bytes
 
     assert [pinned_block_bytes(n) for n in (1, 2, 3, 1000, 1024, 1025)] == [1, 2, 4, 1024, 1024, 2048]
     images = torch.empty(32, 3, 224, 224)  # 18.4 MiB -> a 32 MiB block
@@ -348,7 +348,7 @@ def test_pin_memory_warning_matches_the_machine():
 def test_pinned_memory_taken_counts_the_run_not_the_cache_before_it():
     from torch.utils.data import DataLoader
 
-    from helpers.transfer import PinnedMemoryTaken
+    from helpers.data.transfer import PinnedMemoryTaken
 
     helpers.copy_bandwidth([1 << 24], repeats=1)  # leaves pinned blocks cached, as notebook 06's sweep
     cached = torch.cuda.host_memory_stats()["allocated_bytes.current"]

@@ -18,7 +18,7 @@ import pytest
 from torch.utils.data import DataLoader
 
 import helpers
-from helpers.remote import Requests
+from helpers.data.remote import Requests, cache_name
 
 pytest.importorskip("moto")
 
@@ -195,7 +195,7 @@ def test_local_cache_serves_the_second_epoch(store, keys, tmp_path):
     cached = requests.column("cached")
     assert cached.sum() == len(keys) and len(cached) == 2 * len(keys)
     assert requests.carried[0] > len(keys) * 4096 and requests.carried[1] == 0
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(helpers.remote.cache_name(k) for k in keys)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(cache_name(k) for k in keys)
 
 
 def test_samples_carry_their_bytes(store, keys):

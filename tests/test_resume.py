@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import helpers
-from helpers.resume import ResumeResult, make_loader
+from helpers.data.resume import ResumeResult, make_loader
 
 pytest.importorskip("torchdata")
 

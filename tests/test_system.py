@@ -72,7 +72,7 @@ class _Iterator:
 
 
 def test_a_worker_dying_at_shutdown_is_a_warning_and_other_errors_raise():
-    from helpers.torch_internals import WorkerDiedAtShutdown, shutdown_workers
+    from helpers.timing.torch_internals import WorkerDiedAtShutdown, shutdown_workers
 
     died = _Iterator(RuntimeError("DataLoader worker (pid 28315) is killed by signal: Aborted. "))
     with pytest.warns(WorkerDiedAtShutdown, match="killed by signal: Aborted"):

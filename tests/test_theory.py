@@ -2,7 +2,7 @@
 
 import pytest
 
-from helpers import theory
+from helpers.timing import theory
 
 
 def test_synchronous_loop_pays_load_plus_step():
@@ -115,7 +115,7 @@ def test_an_out_of_order_timeline_keeps_the_samplers_batch_in_indices():
 
 
 def _record(worker=0, wait_start=0.0, ready=1.0, **times):
-    from helpers.timeline import BatchRecord
+    from helpers.timing.timeline import BatchRecord
 
     return BatchRecord(epoch=0, index=times.pop("index", 0), worker=worker, fetch_start=0.0,
                        fetch_end=times.pop("fetch_end", 0.5), wait_start=wait_start, ready=ready,
@@ -123,7 +123,7 @@ def _record(worker=0, wait_start=0.0, ready=1.0, **times):
 
 
 def test_m_is_the_loops_own_time_once_the_batch_is_its_to_take():
-    from helpers.timeline import EpochRecord, Span, Timeline
+    from helpers.timing.timeline import EpochRecord, Span, Timeline
 
     def timeline(*batches, spans=()):
         epoch = EpochRecord(epoch=0, iter_start=0.0, iter_end=0.0, first_ready=1.0, end=2.0)

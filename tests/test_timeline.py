@@ -12,7 +12,7 @@ from conftest import make_loader
 from torch.utils.data import DataLoader, get_worker_info
 
 import helpers
-from helpers.hooks import RecordingWorkerInit
+from helpers.timing.hooks import RecordingWorkerInit
 
 
 def check_clocks(tl: helpers.Timeline) -> None:
@@ -336,14 +336,14 @@ def test_paused_intervals_counts_intervals_with_a_long_pause():
 
 
 def test_torch_internals_self_check_passes_on_the_pinned_torch():
-    from helpers import torch_internals
+    from helpers.timing import torch_internals
 
     checks = torch_internals.self_check()
     assert all(c.ok for c in checks) and len(checks) >= 8
 
 
 def test_torch_internals_self_check_names_what_moved(monkeypatch):
-    from helpers import torch_internals
+    from helpers.timing import torch_internals
 
     # as if a torch release changed what the pin thread calls
     monkeypatch.setattr(torch_internals, "pin_batch", lambda data: data)
@@ -354,7 +354,7 @@ def test_torch_internals_self_check_names_what_moved(monkeypatch):
 def test_collections_are_measured_with_the_collector_restored():
     import gc
 
-    from helpers import pauses
+    from helpers.timing import pauses
 
     loader = make_loader(helpers.WorkDataset(8, item_wait_s=0.01), num_workers=2, start_method="fork")
     times = pauses.measure_collections(lambda: helpers.lessons.num_workers.first_batch_taken(loader), "fork",
@@ -385,7 +385,7 @@ def test_fetch_cpu_tells_computing_from_waiting_and_collate_is_timed_where_it_ru
 
 
 def test_a_lambda_or_local_class_under_spawn_gets_the_fix_named(monkeypatch):
-    from helpers.recorder import NotImportable
+    from helpers.timing.recorder import NotImportable
 
     lam = DataLoader(helpers.WorkDataset(4), batch_size=2, num_workers=1, multiprocessing_context="spawn",
                      collate_fn=lambda samples: samples)

@@ -29,7 +29,7 @@ def test_explorer_runs_once_on_show_and_reports_model_and_measurement(small_expl
 
 
 def test_explorer_shows_errors_in_the_widget_and_raises_only_on_request(small_explorer, monkeypatch):
-    from helpers.widgets import ExplorerSettings
+    from helpers.explorers import ExplorerSettings
 
     def broken(self):
         raise ValueError("this dataset cannot be built: set items >= 1")
@@ -111,7 +111,7 @@ def test_prefetcher_rows_and_copy_segments_are_drawn_with_a_legend():
 
 
 def test_plot_bandwidth_draws_three_lines():
-    from helpers.transfer import CopyTiming
+    from helpers.data.transfer import CopyTiming
 
     timings = [CopyTiming(2**k, 5.0, 20.0, 3.0, 0.01, 1e-5) for k in (16, 20, 24)]
     ax = helpers.plot_bandwidth(timings)
@@ -132,7 +132,7 @@ def test_reference_figures_are_shown_or_said_to_be_missing(monkeypatch):
 
 
 def test_progress_bars_are_off_with_tqdm_disable_and_the_value_is_parsed_strictly(monkeypatch):
-    from helpers.report import progress_bar
+    from helpers.timing.report import progress_bar
 
     monkeypatch.setenv("TQDM_DISABLE", "1")
     assert progress_bar(10, "x") is None

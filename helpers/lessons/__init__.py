@@ -3,7 +3,11 @@
 One module per notebook topic; each has a ``checks(...)`` function that takes what the
 notebook measured and returns :class:`helpers.Check` objects (``helpers.show_checks``
 renders them and raises when one fails). ``tests/test_lessons.py`` runs every one of them
-on a configuration where its lesson does not hold, and shows it failing.
+on a configuration where its lesson does not hold, and shows it failing. Every module here is a
+topic (the check framework is ``helpers/classroom/checks.py``).
+
+May import: ``helpers.config``, ``helpers.cores``, ``helpers.system``, ``helpers.models``,
+``helpers.timing``, ``helpers.data``, ``helpers.classroom`` and ``helpers.lessons``.
 """
 
 from . import (

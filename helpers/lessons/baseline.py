@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from ..analysis import cycle, per_batch_s, settled_intervals
-from ..checks import Check, at_least, margin_s, near, premise_failed, timing_noise_s
-from ..theory import recommend_num_workers, step_time
-from ..timeline import Timeline
+from ..classroom.checks import Check, at_least, margin_s, near, premise_failed, timing_noise_s
+from ..timing.analysis import cycle, per_batch_s, settled_intervals
+from ..timing.theory import recommend_num_workers, step_time
+from ..timing.timeline import Timeline
 
 
 def noise_s(runs: dict[int, Timeline]) -> float:

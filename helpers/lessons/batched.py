@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from ..analysis import time_per_batch_after_startup
-from ..checks import Check, at_least, at_most, near
-from ..timeline import Timeline
+from ..classroom.checks import Check, at_least, at_most, near
+from ..timing.analysis import time_per_batch_after_startup
+from ..timing.timeline import Timeline
 
 
 def rates(runs: dict[str, Timeline]) -> dict[str, float]:

@@ -10,11 +10,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..analysis import epoch_first_batch_gaps
-from ..checks import Check, at_least, exceeds, near, premise_failed, timing_noise_s
-from ..settings import LoaderSettings
-from ..theory import measured_main_s, simulate
-from ..timeline import Timeline
+from ..classroom.checks import Check, at_least, exceeds, near, premise_failed, timing_noise_s
+from ..timing.analysis import epoch_first_batch_gaps
+from ..timing.settings import LoaderSettings
+from ..timing.theory import measured_main_s, simulate
+from ..timing.timeline import Timeline
 
 #: The tutorial's published speedups vs its baseline (PyTorch's "Data Loading Optimization" tutorial).
 PUBLISHED = {
@@ -75,7 +75,7 @@ def compute_bound_s(
 
 
 def _to(batch: Any, device: Any) -> Any:
-    from ..transfer import to_device
+    from ..timing.device import to_device
 
     return to_device(batch, device)
 
@@ -227,9 +227,9 @@ def run_stage(
     prefetcher stage the loop copies each batch to ``device`` itself; from it on,
     :class:`helpers.DevicePrefetcher` does (on a CPU: a thread that takes each batch from the
     loader — receiving it from shared memory — while the loop steps)."""
-    from ..datasets import BatchedTutorialDataset, TutorialDataset
-    from ..prefetch import DevicePrefetcher
-    from ..recorder import record
+    from ..data.datasets import BatchedTutorialDataset, TutorialDataset
+    from ..data.prefetch import DevicePrefetcher
+    from ..timing.recorder import record
 
     cls = BatchedTutorialDataset if stage.batched else TutorialDataset
     loader = stage.settings.loader(cls(512, shape=shape, item_wait_s=item_wait_s))

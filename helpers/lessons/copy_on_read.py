@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..checks import Check, at_least, at_most, holds, premise_failed
-from ..copy_on_read import EpochWorkers, MemoryRun, MiB, extra_private, extra_uss, noise_margin_bytes
+from ..classroom.checks import Check, at_least, at_most, holds, premise_failed
+from ..data.copy_on_read.memory import EpochWorkers, MemoryRun, extra_private, extra_uss, noise_margin_bytes
+from ..data.copy_on_read.paths import MiB
 
 NO_FORK = "fork is not available on this platform (macOS and Windows start workers with spawn: section 3)"
 ARRAYS = ("numpy bytes", "buffer + offsets", "arrow", "tensor")

@@ -8,9 +8,9 @@ from collections.abc import Callable
 from time import perf_counter as clock
 from typing import Any
 
-from ..analysis import per_batch_s
-from ..checks import Check, at_least, exceeds, near, premise_failed, timing_noise_s
-from ..timeline import Span, Timeline
+from ..classroom.checks import Check, at_least, exceeds, near, premise_failed, timing_noise_s
+from ..timing.analysis import per_batch_s
+from ..timing.timeline import Span, Timeline
 
 #: The timeline row of the steps as the device ran them (:class:`StepTimer`).
 STEP_ROW = "device (loop's stream)"
@@ -164,10 +164,10 @@ def gpu_runs(device) -> dict[str, Timeline]:
     from torch.utils.data import DataLoader
 
     from ..config import seconds, sized
-    from ..datasets import TutorialDataset
+    from ..data.datasets import TutorialDataset
+    from ..data.prefetch import DevicePrefetcher, SerialisedDevicePrefetcher
     from ..models import TrainStep, TutorialNet
-    from ..prefetch import DevicePrefetcher, SerialisedDevicePrefetcher
-    from ..recorder import record
+    from ..timing.recorder import record
 
     batch, count = 32, sized(48, 12)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import statistics
 
-from ..checks import Check, at_least, holds
+from ..classroom.checks import Check, at_least, holds
 
 
 def checks(
@@ -25,7 +25,7 @@ def checks(
     ``fed``: the diagnosis of a loader that keeps up; ``profiler_diffs``: per batch, the
     profiler's ``__next__`` span minus the lab's wait (s); ``profiler_batches``: batches recorded;
     ``profiler_spans``: the profiler's DataLoader spans (default: as many as differences);
-    ``followed``: :class:`helpers.diagnosis.Followed` of loader A's advice (``verify=True``)."""
+    ``followed``: :class:`helpers.timing.diagnosis.Followed` of loader A's advice (``verify=True``)."""
     spans = len(profiler_diffs) if profiler_spans is None else profiler_spans
     out: list[Check] = []
     for name, d in mysteries.items():

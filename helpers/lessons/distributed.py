@@ -5,7 +5,7 @@ left behind."""
 
 from __future__ import annotations
 
-from ..checks import Check, at_most, holds, premise_failed
+from ..classroom.checks import Check, at_most, holds, premise_failed
 
 
 def checks(
@@ -120,7 +120,7 @@ def _helped_check(straggler, helped, slow_rank: int):
     import math
     import statistics
 
-    from ..theory import recommend_num_workers
+    from ..timing.theory import recommend_num_workers
 
     fetch_s, loop_s = straggler.median_fetch()[slow_rank], straggler.loop_s()[slow_rank]
     needed = recommend_num_workers(fetch_s, loop_s) + 1

@@ -6,7 +6,7 @@ shown, not checked: it is dtype arithmetic.)"""
 
 from __future__ import annotations
 
-from ..checks import Check, at_least, at_most, premise_failed
+from ..classroom.checks import Check, at_least, at_most, premise_failed
 
 #: The least speedup that counts as "scales" on two free cores (perfect is 2×; batching,
 #: collate and the main process take some of the second core).

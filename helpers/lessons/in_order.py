@@ -7,8 +7,8 @@ import math
 import statistics
 from collections import Counter
 
-from ..checks import Check, at_most, clearly_above, holds, near, premise_failed, timing_noise_s
-from ..timeline import Timeline
+from ..classroom.checks import Check, at_most, clearly_above, holds, near, premise_failed, timing_noise_s
+from ..timing.timeline import Timeline
 
 
 def item_loads_s(dataset) -> list[float]:
@@ -28,7 +28,7 @@ def round_robin_load_s(dataset, num_workers: int) -> list[float]:
 def model_waiting_s(dataset, num_workers: int, step_s: float, prefetch_factor: int) -> float:
     """The model's waiting after the first batch (seconds) for ``dataset`` in batches of one, in
     order (:func:`helpers.simulate`)."""
-    from ..theory import as_timeline, simulate
+    from ..timing.theory import as_timeline, simulate
 
     loads = item_loads_s(dataset)
     plan = simulate(len(loads), loads, step_s, num_workers, prefetch_factor=prefetch_factor)

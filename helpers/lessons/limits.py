@@ -3,9 +3,9 @@ tensors already in memory, batching the indexing beats any number of workers."""
 
 from __future__ import annotations
 
-from ..analysis import time_per_batch_after_startup
-from ..checks import Check, at_most, near, premise_failed
-from ..timeline import Timeline
+from ..classroom.checks import Check, at_most, near, premise_failed
+from ..timing.analysis import time_per_batch_after_startup
+from ..timing.timeline import Timeline
 
 
 def speedups(runs: dict[int, Timeline]) -> dict[int, float]:
@@ -143,7 +143,7 @@ def on_device_epochs(dataset, device, batch_size: int = 300) -> dict[str, float]
     from torch.utils.data import DataLoader
 
     from ..models import ForumMLP, TrainStep
-    from ..recorder import record
+    from ..timing.recorder import record
 
     inputs, labels = (t.to(device) for t in dataset.tensors)
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from ..analysis import per_batch_s
-from ..checks import Check, at_least, exceeds, holds, near, premise_failed, timing_noise_s
-from ..pauses import CollectionTimes
-from ..theory import measured_main_s, recommend_num_workers, step_time
-from ..timeline import Timeline
+from ..classroom.checks import Check, at_least, exceeds, holds, near, premise_failed, timing_noise_s
+from ..timing.analysis import per_batch_s
+from ..timing.pauses import CollectionTimes
+from ..timing.theory import measured_main_s, recommend_num_workers, step_time
+from ..timing.timeline import Timeline
 
 
 @dataclass(frozen=True)

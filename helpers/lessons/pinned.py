@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..checks import Check, at_least, at_most, clearly_above, holds, premise_failed
-from ..timeline import Timeline
+from ..classroom.checks import Check, at_least, at_most, clearly_above, holds, premise_failed
+from ..timing.timeline import Timeline
 
 NEEDS_GPU = "needs a CUDA GPU (torch.cuda.is_available() is False here)"
 

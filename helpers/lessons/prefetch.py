@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import statistics
 
-from ..checks import Check, exceeds, holds, timing_noise_s
-from ..datasets import WorkDataset
-from ..theory import simulate
-from ..timeline import Timeline
+from ..classroom.checks import Check, exceeds, holds, timing_noise_s
+from ..data.datasets import WorkDataset
+from ..timing.theory import simulate
+from ..timing.timeline import Timeline
 
 
 def waiting_after_first_s(tl: Timeline) -> float:

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..checks import Check, at_least, at_most, holds, premise_failed
-from ..remote import Requests, median_timing, request_slowdown
+from ..classroom.checks import Check, at_least, at_most, holds, premise_failed
+from ..data.remote.objects import median_timing
+from ..data.remote.requests import Requests, request_slowdown
 
 #: How much longer than a local file's first byte the round trip is, at least (the article:
 #: "orders of magnitude").

@@ -4,7 +4,7 @@ skip-by-count is exact only in order; a state snapshot every step costs time per
 
 from __future__ import annotations
 
-from ..checks import Check, clearly_above, holds, premise_failed
+from ..classroom.checks import Check, clearly_above, holds, premise_failed
 
 
 def checks(

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import multiprocessing as mp
 
-from .. import setup_check
-from ..checks import Check, holds
+from ..classroom import setup_check
+from ..classroom.checks import Check, holds
 
 
 def checks(found: list[setup_check.Check], methods: list[str] | None = None) -> list[Check]:

@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from ..checks import Check, at_least, at_most, holds, premise_failed
-from ..failures import DemoResult
+from ..classroom.checks import Check, at_least, at_most, holds, premise_failed
+from ..data.failures import DemoResult
 
 NO_SHM = "this system has no /dev/shm (macOS and Windows share memory differently)"
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import statistics
 
-from ..analysis import epoch_first_batch_gaps, shutdown_gaps
-from ..checks import (
+from ..classroom.checks import (
     Check,
     at_least,
     at_most,
@@ -17,9 +16,10 @@ from ..checks import (
     premise_failed,
     timing_noise_s,
 )
-from ..theory import measured_main_s
-from ..timeline import Timeline
-from ..workers import ProcessMemory
+from ..data.workers import ProcessMemory
+from ..timing.analysis import epoch_first_batch_gaps, shutdown_gaps
+from ..timing.theory import measured_main_s
+from ..timing.timeline import Timeline
 
 
 def startup_by_epoch(tl: Timeline) -> list[float]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..checks import Check, at_most, holds, premise_failed
-from ..diagnosis import input_scale
+from ..classroom.checks import Check, at_most, holds, premise_failed
+from ..timing.diagnosis.rules import input_scale
 
 #: The plain loop and the diagnosis time different runs of one loader with different code: they
 #: may differ by this much (a share of the time, 0–1) and still read the same thing.

@@ -1,0 +1,91 @@
+"""The explorers' one base: knobs → Run → a figure and a summary, errors shown one way."""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+import ipywidgets as W
+import matplotlib.pyplot as plt
+from IPython.display import display
+
+
+def _show_figure(output: W.Output, figure) -> None:
+    """Replace what ``output`` shows with ``figure`` (then close it: it is drawn as an image)."""
+    with output:
+        output.clear_output(wait=True)
+        display(figure)
+    plt.close(figure)
+
+
+def _error_html(error: Exception) -> str:
+    return ("<div style='color:#a00;border:1px solid #a00;padding:6px'><b>Cannot run "
+            f"these settings:</b> {html.escape(str(error))}</div>")
+
+
+class Explorer:
+    """Knobs, a Run button, and what each run measured: a figure and a summary.
+
+    A subclass makes its knobs after ``super().__init__()`` (which makes ``run_button``,
+    ``status``, ``summary``, ``output`` and the ``runs`` count), lays them out with
+    :meth:`_assemble`, and writes :meth:`_run`: read the knobs, measure, count the run, keep
+    its ``last_*`` attribute, set ``summary``; it returns ``(what run() returns, figure)``.
+
+    :meth:`show` displays the explorer and runs it once right away (so the output exists
+    without a click, and a failure raises in the cell); button runs show errors in the widget
+    instead of raising.
+    """
+
+    def __init__(self) -> None:
+        self.run_button = W.Button(description="Run", button_style="primary", icon="play")
+        self.status, self.summary, self.output = W.HTML(), W.HTML(), W.Output()
+        self.runs = 0
+        self.run_button.on_click(lambda _button: self.run(raise_errors=False))
+
+    #: What the status line says while a run is under way.
+    running = "running…"
+
+    def _assemble(self, knobs: list[W.Widget], flags: list[W.Widget], *, width: str,
+                  under_button: list[W.Widget] = ()) -> None:
+        """The layout every explorer shows: the knobs (sliders) on the left; on the right, ``width``
+        wide, the flags, the Run button, ``under_button`` and the status; then the summary and the
+        figure."""
+        right = W.VBox([*flags, W.HBox([self.run_button]), *under_button, self.status],
+                       layout=W.Layout(width=width))
+        self.widget = W.VBox([W.HBox([W.VBox(knobs), right]), self.summary, self.output])
+
+    def _run(self) -> tuple[Any, Any]:
+        raise NotImplementedError
+
+    def show(self) -> None:
+        """Display the explorer and run it once with its current knobs (raises on failure)."""
+        display(self.widget)
+        self.run(raise_errors=True)
+
+    def run(self, raise_errors: bool = True):
+        """Record one run with the knobs' values and draw it.
+
+        On bad settings or a failed run, the widget shows the message; with
+        ``raise_errors`` the exception is raised as well (so a notebook run fails).
+        """
+        # Work happens outside `with self.output`: an Output widget swallows exceptions
+        # raised inside it, which would let a broken explorer pass CI.
+        self.run_button.disabled = True
+        try:
+            self.status.value = f"<i>{self.running}</i>"
+            value, figure = self._run()
+            self.status.value = f"<b>run {self.runs} done</b>"
+            _show_figure(self.output, figure)
+            return value
+        except Exception as error:  # shown in the widget; raised again on request
+            self.status.value = ""
+            self.summary.value = _error_html(error)
+            if raise_errors:
+                raise
+            return None
+        finally:
+            self.run_button.disabled = False
+
+    def _ipython_display_(self) -> None:
+        # Displaying the object shows the controls only; show() also runs once.
+        display(self.widget)

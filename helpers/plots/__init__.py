@@ -1,0 +1,31 @@
+"""The plots: every picture a notebook draws, from what the instrument and the workloads measured.
+
+``timeline`` (timelines and the colours every figure shares), ``model`` (the models beside the
+measurements), ``remote`` (notebook 13), ``runs`` (notebooks 12, 14, 15, 17), ``diagnosis``
+(:func:`plot_diagnosis`, which ``Diagnosis.plot`` calls).
+
+May import: helpers.config, helpers.timing, helpers.data (and matplotlib). Imported lazily by
+:mod:`helpers` (a DataLoader worker never pays for matplotlib).
+"""
+
+from __future__ import annotations
+
+from .diagnosis import plot_diagnosis
+from .model import (
+    plot_bandwidth,
+    plot_intervals,
+    plot_ratios,
+    plot_speedup_curves,
+    plot_step_time_model,
+    show_reference_figure,
+)
+from .remote import plot_concurrency, plot_object_timings, plot_requests
+from .runs import plot_image_rates, plot_ranks, plot_resume, plot_worker_memory, show_image
+from .timeline import COLORS, plot_timeline, plot_timelines, summary_line
+
+__all__ = [
+    "COLORS", "plot_timeline", "plot_timelines", "summary_line", "plot_bandwidth", "plot_intervals",
+    "plot_ratios", "plot_speedup_curves", "plot_step_time_model", "show_reference_figure",
+    "plot_concurrency", "plot_object_timings", "plot_requests", "plot_image_rates", "plot_ranks",
+    "plot_resume", "plot_worker_memory", "show_image", "plot_diagnosis",
+]

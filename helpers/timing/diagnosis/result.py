@@ -1,0 +1,258 @@
+"""What a diagnosis reports: :class:`Diagnosis` (headspace, waiting, where the time goes, the
+recommendations; its table and trace) and :class:`Followed` (a recommendation applied and measured).
+``Diagnosis.plot`` draws through :data:`draw`, which :mod:`helpers` connects to :mod:`helpers.plots`
+(the instrument imports no plots)."""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ...cores import cpu_limits
+from ..theory import main_shares, measured_main_s
+from ..timeline import Timeline
+from .rules import CPU_BOUND, Recommendation, input_scale
+
+#: Draws a Diagnosis, ``draw(diagnosis, title) -> Axes``: set by :mod:`helpers` (its ``__init__``) to
+#: :func:`helpers.plots.plot_diagnosis`, loaded on first use. The instrument imports no plots.
+draw: Callable[[Diagnosis, str | None], Any] | None = None
+
+
+@dataclass
+class Followed:
+    """One recommendation followed by :func:`diagnose` (``verify=True``)."""
+
+    recommendation: Recommendation
+    before_s: float  #: time per step before (``recommendation.measure``)
+    after_s: float  #: ...and after the change, measured
+    noise_s: float  #: the measurement's noise: twice the standard error of the two means, added
+    after: Diagnosis  #: the diagnosis of the changed loader
+
+    @property
+    def predicted_s(self) -> float:
+        return self.recommendation.predicted_s
+
+    @property
+    def tolerance_s(self) -> float:
+        """How far the measurement may land from the prediction: 15 % of it, or the noise."""
+        return max(0.15 * self.predicted_s, self.noise_s)
+
+    @property
+    def as_predicted(self) -> bool:
+        return abs(self.after_s - self.predicted_s) <= self.tolerance_s
+
+    def describe(self) -> str:
+        r = self.recommendation
+        verdict = "as predicted" if self.as_predicted else "NOT as predicted"
+        return (f"{r.knob}: {self.before_s * 1e3:.1f} → {self.after_s * 1e3:.1f} ms per step "
+                f"({self.before_s / self.after_s:.2f}×); predicted {self.predicted_s * 1e3:.1f} ms "
+                f"± {self.tolerance_s * 1e3:.1f}: {verdict}")
+
+
+@dataclass(repr=False)
+class Diagnosis:
+    """What :func:`diagnose` measured; shows as a table in a notebook."""
+
+    timeline: Timeline
+    #: the loop's time per step on cached batches (the speed limit); None when no step was given
+    replay_step_s: float | None
+    recommendations: list[Recommendation] = field(default_factory=list)
+    followed: list[Followed] = field(default_factory=list)  #: with ``verify=True``
+    cores: str = ""  #: the effective cores and where they came from (:func:`helpers.cpu_limits`)
+    #: the main process's time to take a batch in, measured alone after the run (s): unpickling a
+    #: kept batch as it arrived from a worker, with no worker competing for a core. None: 0 workers
+    receive_alone_s: float | None = None
+    #: cores of the affinity mask other processes kept busy just before the run (a browser, another
+    #: notebook, a classmate on a shared server); None when it could not be read
+    others_busy: float | None = None
+
+    def free_cores(self, limits: Any = None) -> int:
+        """Whole cores the workers can compute on: the effective cores (quota included), less
+        what other processes kept busy, rounded to the nearest core, at least 1."""
+        limits = cpu_limits() if limits is None else limits
+        if self.others_busy is None:
+            return limits.whole
+        return max(1, min(limits.whole, math.floor(limits.affinity - self.others_busy + 0.5)))
+
+    # -- what the run measured ------------------------------------------------------
+    @property
+    def steps(self) -> int:
+        return len(self.timeline.batches)
+
+    @property
+    def step_s(self) -> float:
+        """Wall time per step of the real run, start-up included."""
+        return self.timeline.wall_s / max(self.steps, 1)
+
+    @property
+    def steady_step_s(self) -> float:
+        """Time per step once each epoch's first batch was in hand (start-up left out): the mean
+        interval between steps, which throughput follows."""
+        later = self.steps - len(self.timeline.epochs)
+        return (self.timeline.wall_s - self.startup_s) / later if later > 0 else self.step_s
+
+    @property
+    def headspace(self) -> float:
+        """How many times faster the loop would run if data were there instantly."""
+        if not self.replay_step_s:
+            return float("nan")
+        return self.step_s / self.replay_step_s
+
+    @property
+    def wait_share(self) -> float:
+        return self.timeline.wait_s() / self.timeline.wall_s if self.timeline.wall_s > 0 else 0.0
+
+    @property
+    def steady_wait_share(self) -> float:
+        """The loop's waiting once each epoch's first batch was in hand, as a share of that
+        time (start-up is judged on its own)."""
+        firsts = {e.epoch: e.first_ready for e in self.timeline.epochs}
+        waits = sum(b.wait_s for b in self.timeline.batches if b.ready != firsts.get(b.epoch))
+        rest = self.timeline.wall_s - self.startup_s
+        return waits / rest if rest > 0 else 0.0
+
+    @property
+    def steady_data_wait_share(self) -> float:
+        """The part of :attr:`steady_wait_share` the loop spent waiting for a batch that was not
+        yet ready to take (a worker still building it): what more workers, in order or a deeper
+        prefetch can shorten. The rest is m, the main process taking the batch in."""
+        firsts = {e.epoch: e.first_ready for e in self.timeline.epochs}
+        split = zip(self.timeline.batches, main_shares(self.timeline), strict=True)
+        waits = sum(data for b, (data, _) in split if b.ready != firsts.get(b.epoch))
+        rest = self.timeline.wall_s - self.startup_s
+        return waits / rest if rest > 0 else 0.0
+
+    @property
+    def scale(self) -> str:
+        """The TF profiler's label for :attr:`steady_wait_share`."""
+        return input_scale(self.steady_wait_share)
+
+    @property
+    def startup_s(self) -> float:
+        """Time from ``iter(loader)`` to each epoch's first batch, summed over the epochs."""
+        return sum(e.first_batch_s or 0.0 for e in self.timeline.epochs)
+
+    @property
+    def fetch_mean_s(self) -> float:
+        return statistics.fmean(b.fetch_s for b in self.timeline.batches)
+
+    @property
+    def fetch_median_s(self) -> float:
+        return statistics.median(b.fetch_s for b in self.timeline.batches)
+
+    @property
+    def cpu_share(self) -> float | None:
+        """The median share of a fetch's time its process spent on the CPU: near 1 when loading
+        computes (decoding, augmenting), near 0 when it waits (disk, network). None: unknown."""
+        shares = [b.fetch_cpu_s / b.fetch_s for b in self.timeline.batches
+                  if b.fetch_cpu_s is not None and b.fetch_s > 0]
+        return statistics.median(shares) if shares else None
+
+    @property
+    def collate_s(self) -> float | None:
+        """The median time of ``collate_fn`` per batch, where it ran (a worker)."""
+        values = [b.collate_s for b in self.timeline.batches if b.collate_s is not None]
+        return statistics.median(values) if values else None
+
+    @property
+    def main_s(self) -> float:
+        """m: the main process's own time per batch once the batch was its to take
+        (:func:`helpers.theory.measured_main_s`)."""
+        return measured_main_s(self.timeline)
+
+    def breakdown(self) -> dict[str, float]:
+        """Seconds per batch of each part (medians; start-up per epoch; the fetch's mean too)."""
+        b = self.timeline.batches
+        med = statistics.median
+        parts = {
+            "start-up (per epoch)": self.startup_s / max(len(self.timeline.epochs), 1),
+            "fetch in a worker (dataset + collate), mean": self.fetch_mean_s,
+            "fetch in a worker (dataset + collate), median": self.fetch_median_s,
+        }
+        if self.collate_s is not None:
+            parts["...of it collate_fn (timed in the worker)"] = self.collate_s
+        parts.update({
+            "receive (unpickle in the main process)": med(x.receive_s for x in b),
+            **({} if self.receive_alone_s is None else
+               {("...the same alone, after the run" if any(x.worker >= 0 for x in b) else
+                 "...what receiving it from a worker costs, measured alone"): self.receive_alone_s}),
+            "main process per batch (m)": self.main_s,
+            "copy to the device": med(x.copy_s for x in b),
+            "step": med(x.step_s for x in b),
+            "loop waiting": med(x.wait_s for x in b),
+        })
+        pins = [x.pin_end - x.pin_start for x in b if x.pin_start is not None and x.pin_end is not None]
+        if pins:
+            parts["pin (pin_memory thread)"] = med(pins)
+        return parts
+
+    # -- views ----------------------------------------------------------------------------
+    def rows(self) -> list[list[str]]:
+        replay = "no step given" if self.replay_step_s is None else f"{self.replay_step_s * 1e3:.1f} ms"
+        rows = [
+            ["steps recorded", f"{self.steps}"],
+            ["time per step (real run)", f"{self.step_s * 1e3:.1f} ms"],
+            ["time per step on cached batches (speed limit)", replay],
+            ["headspace", "—" if self.replay_step_s is None else f"{self.headspace:.2f}×"],
+            ["loop waiting for data", f"{self.wait_share:.0%} of the run"],
+            ["...after each epoch's first batch", f"{self.steady_wait_share:.0%}: {self.scale} "
+             "(TF profiler's scale: under 5 % / 5–20 % / over 20 %)"],
+            ["...of it waiting for a batch not yet built",
+             f"{self.steady_data_wait_share:.0%} (the rest: the main process taking batches in)"],
+        ]
+        if self.cpu_share is not None:
+            rows.append(["CPU used by a fetch", f"{self.cpu_share:.0%} of its time "
+                         f"({'computing' if self.cpu_share >= CPU_BOUND else 'waiting'})"])
+        if self.cores:
+            load = ("" if self.others_busy is None else
+                    f"; other processes kept {self.others_busy:.1f} of them busy just before the run"
+                    + (f": about {self.free_cores()} free for computing workers"
+                       if self.free_cores() < cpu_limits().whole else ""))
+            rows.append(["cores", self.cores + load])
+        rows += [[name, f"{s * 1e3:.2f} ms"] for name, s in self.breakdown().items()]
+        rows += [[f"→ {r.knob}", f"{r.advice} ({r.because})"] for r in self.recommendations]
+        rows += [["followed", f.describe()] for f in self.followed]
+        return rows
+
+    def table(self):
+        from ..report import table
+
+        return table(["", "measured"], self.rows(), caption=self.timeline.describe())
+
+    def __str__(self) -> str:
+        lines = [f"{self.timeline.describe()}: {self.steps} steps"]
+        lines += [f"  {name}: {value}" for name, value in self.rows() if not name.startswith("→")
+                  and name != "followed"]
+        lines += ["recommendations:"] + [
+            f"  → {r.knob}: {r.advice}\n      because {r.because}" for r in self.recommendations
+        ]
+        if self.followed:
+            lines += ["followed (verify):"] + [f"  {f.describe()}" for f in self.followed]
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return f"<Diagnosis: headspace {self.headspace:.2f}×, recommendations {self.knobs()}>"
+
+    def _repr_html_(self) -> str:
+        return self.table()._repr_html_()
+
+    def plot(self, title: str | None = None):
+        """The run's timeline with the headspace and the recommendations in its title; with
+        ``verify=True``, the timelines before and after each followed recommendation
+        (:func:`helpers.plots.plot_diagnosis`, through :data:`draw`)."""
+        if draw is None:
+            raise RuntimeError("Diagnosis.plot draws with helpers.plots: import helpers first, "
+                               "which connects them")
+        return draw(self, title)
+
+    def trace(self, path: str | os.PathLike) -> Path:
+        """A Perfetto / chrome://tracing trace of the run."""
+        return self.timeline.to_chrome_trace(path)
+
+    def knobs(self) -> list[str]:
+        return [r.knob for r in self.recommendations]

@@ -1,0 +1,210 @@
+"""Running a diagnosis: :func:`diagnose` records the loader, replays the same steps on kept
+batches (the cache replay), and with ``verify=True`` follows the advice (:func:`with_changes`)."""
+
+from __future__ import annotations
+
+import inspect
+import math
+import os
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+from torch.utils.data import DataLoader, IterableDataset
+
+from ...cores import cpu_limits
+from .. import torch_internals
+from ..recorder import record
+from .result import Diagnosis, Followed
+from .rules import _describe_change, recommend
+
+
+def _others_busy_cores(window_s: float = 0.25) -> float | None:
+    """Cores of this process's affinity mask that other processes kept busy during ``window_s``
+    (this process sleeps meanwhile; psutil's per-CPU times). None when they cannot be read."""
+    try:
+        import psutil
+
+        mask = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+        before = psutil.cpu_times(percpu=True)
+        time.sleep(window_s)
+        after = psutil.cpu_times(percpu=True)
+    except Exception:  # noqa: BLE001 - a missing psutil or /proc: the load is unknown, not an error
+        return None
+    busy = 0.0
+    for cpu in mask if mask is not None else range(len(after)):
+        if cpu >= len(after) or cpu >= len(before):
+            continue
+        total = sum(after[cpu]) - sum(before[cpu])
+        idle = (after[cpu].idle - before[cpu].idle) + (getattr(after[cpu], "iowait", 0)
+                                                       - getattr(before[cpu], "iowait", 0))
+        busy += max(0.0, 1 - idle / total) if total > 0 else 0.0
+    return busy
+
+
+# -- following the advice ---------------------------------------------------------------------
+def with_changes(loader: DataLoader, **changes: Any) -> DataLoader:
+    """A new ``DataLoader`` like ``loader`` (the same dataset, sampler or batch sampler, collate_fn,
+    worker_init_fn, generator, start method, …) with some arguments changed. Keeps what PyTorch
+    requires consistent: ``prefetch_factor`` back to its default and ``persistent_workers`` off
+    with 0 workers."""
+    params = inspect.signature(DataLoader).parameters
+    unknown = set(changes) - set(params)
+    if unknown:
+        raise TypeError(f"DataLoader has no argument {', '.join(sorted(unknown))}")
+    kwargs: dict[str, Any] = {
+        "num_workers": loader.num_workers, "collate_fn": loader.collate_fn, "pin_memory": loader.pin_memory,
+        "timeout": loader.timeout, "worker_init_fn": loader.worker_init_fn,
+        "multiprocessing_context": loader.multiprocessing_context, "generator": loader.generator,
+        "prefetch_factor": loader.prefetch_factor, "persistent_workers": loader.persistent_workers,
+        "pin_memory_device": loader.pin_memory_device,
+    }
+    if "in_order" in params:
+        kwargs["in_order"] = getattr(loader, "in_order", True)
+    if isinstance(loader.dataset, IterableDataset):
+        kwargs.update(batch_size=loader.batch_size, drop_last=loader.drop_last)
+    elif loader.batch_size is None and loader.batch_sampler is not None:  # the user's batch_sampler
+        kwargs["batch_sampler"] = loader.batch_sampler
+    else:
+        kwargs.update(batch_size=loader.batch_size, drop_last=loader.drop_last, sampler=loader.sampler)
+    kwargs.update(changes)
+    if kwargs["num_workers"] == 0:
+        kwargs.update(prefetch_factor=None, persistent_workers=False, multiprocessing_context=None)
+    elif "num_workers" in changes and loader.num_workers == 0 and "prefetch_factor" not in changes:
+        kwargs["prefetch_factor"] = None  # the default (2) for the new workers
+    return DataLoader(loader.dataset, **kwargs)
+
+
+def _mean_and_noise(d: Diagnosis, measure: str) -> tuple[float, float]:
+    """Time per step (steady or whole run) and twice its standard error (s). A whole run's time
+    varies most with its start-ups: one start-up's spread (the epochs' first batches) per step."""
+    if measure == "run":
+        startups = [e.first_batch_s for e in d.timeline.epochs if e.first_batch_s is not None]
+        spread = statistics.stdev(startups) if len(startups) >= 2 else 0.0
+        return d.step_s, 2 * spread / max(d.steps, 1)
+    firsts = {e.epoch: e.first_ready for e in d.timeline.epochs}
+    steady = sorted((b for b in d.timeline.batches if b.ready != firsts.get(b.epoch)),
+                    key=lambda b: b.step_end)
+    gaps = [later.step_end - earlier.step_end for earlier, later in zip(steady, steady[1:], strict=False)
+            if later.epoch == earlier.epoch]
+    if len(gaps) < 3:
+        return d.steady_step_s, 0.0
+    return d.steady_step_s, 2 * statistics.stdev(gaps) / math.sqrt(len(gaps))
+
+
+# -- the diagnosis ---------------------------------------------------------------------------------
+_SELF_CHECKED = False
+
+
+def diagnose(
+    loader: DataLoader,
+    step: Callable[[Any], Any] | None = None,
+    *,
+    steps: int = 200,
+    device: Any = None,
+    replay: int = 32,
+    verify: bool | int = False,
+    progress: bool | str = True,
+) -> Diagnosis:
+    """Diagnose ``loader`` (any ``DataLoader``) run with ``step`` for ``steps`` batches (over as
+    many epochs as that takes); see the module docstring. ``step`` runs again in the replay, on
+    up to ``replay`` batches kept from the run (mind a step with side effects: a real optimiser
+    step would update the model again); a CUDA step is waited for before each clock reading.
+    Without a step the loader is timed alone and no worker count is derived. ``verify=True``
+    (or a number of rounds, default 2) follows the recommendations that are loader settings,
+    one at a time, and measures each (:attr:`Diagnosis.followed`)."""
+    global _SELF_CHECKED
+    if not isinstance(loader, DataLoader):
+        raise TypeError(f"diagnose() needs a torch.utils.data.DataLoader, got {type(loader).__name__}")
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 2:
+        raise ValueError(f"steps must be an integer of at least 2, got {steps!r}")
+    if step is not None and not callable(step):
+        raise TypeError(f"step must be a function that takes a batch, got {type(step).__name__}")
+    if not _SELF_CHECKED:  # the instrument's private torch parts, against this torch (names what moved)
+        torch_internals.self_check()
+        _SELF_CHECKED = True
+    try:
+        per_epoch = len(loader)
+    except TypeError:
+        per_epoch = steps
+    if per_epoch == 0:
+        raise ValueError("the loader has no batches (len(loader) is 0): its dataset is empty, or "
+                         "drop_last=True with fewer samples than batch_size")
+    kept: list[Any] = []
+
+    def keep_and_step(batch: Any) -> Any:
+        if len(kept) < replay:
+            kept.append(batch)
+        return None if step is None else step(batch)
+
+    epochs = max(1, math.ceil(steps / max(per_epoch, 1)))
+    label = "diagnosing" if progress is True else progress
+    others_busy = _others_busy_cores()  # before any worker of ours starts
+    timeline = record(loader, keep_and_step, epochs=epochs, max_batches=steps, device=device, progress=label)
+    if len(timeline.batches) < 2:
+        raise ValueError(f"the loader gave {len(timeline.batches)} batch(es) in {epochs} epoch(s): a "
+                         "diagnosis needs at least 2 (is the dataset empty, or an iterable that yields "
+                         "nothing?)")
+    d = Diagnosis(timeline, _replay(step, kept, steps, device) if step is not None else None,
+                  cores=cpu_limits().describe(),
+                  receive_alone_s=_receive_alone(kept), others_busy=others_busy)
+    d.recommendations = recommend(d, loader, device=device)
+    rounds = 2 if verify is True else int(verify)
+    current = (loader, d)
+    for _ in range(rounds):
+        following = next((r for r in current[1].recommendations
+                          if r.change is not None and r.predicted_s is not None), None)
+        if following is None:
+            break
+        changed = with_changes(current[0], **following.change)
+        after = diagnose(changed, step, steps=steps, device=device, replay=replay, verify=False,
+                         progress=f"after {_describe_change(following.change)}" if progress else False)
+        before_s, before_noise = _mean_and_noise(current[1], following.measure)
+        after_s, after_noise = _mean_and_noise(after, following.measure)
+        # a run's prediction carries one start-up of the run before, its measurement one of its
+        # own: two draws of the spread measured before (the run after has one start-up, no spread)
+        noise = (math.sqrt(2) * before_noise if following.measure == "run"
+                 else math.hypot(before_noise, after_noise))
+        d.followed.append(Followed(following, before_s, after_s, noise, after))
+        current = (changed, after)
+    return d
+
+
+def _receive_alone(kept: list[Any], count: int = 8) -> float | None:
+    """The median time to unpickle a kept batch as the main process does when it arrives from a
+    worker (its tensors rebuilt from shared memory, handles and all), with no worker running."""
+    from multiprocessing import resource_sharer
+    from multiprocessing.reduction import ForkingPickler
+
+    import torch.multiprocessing  # noqa: F401  (registers the tensor reductions, as in the loader)
+
+    times = []
+    try:
+        for batch in kept[:count]:
+            data = ForkingPickler.dumps(batch)
+            start = time.perf_counter()
+            ForkingPickler.loads(data)
+            times.append(time.perf_counter() - start)
+    except Exception:  # noqa: BLE001 - a batch that does not travel so here: no number
+        return None
+    finally:
+        resource_sharer.stop(timeout=5)  # it lent this process's descriptors to itself: done
+    return statistics.median(times) if times else None
+
+
+def _replay(step: Callable[[Any], Any], kept: list[Any], steps: int, device: Any) -> float:
+    """The loop's time per step on batches already in hand (copied to the device as in the run)."""
+    from ..device import synchronize, to_device, wait_for_step
+
+    times = []
+    for i in range(min(steps, max(len(kept) * 2, 8))):
+        batch = kept[i % len(kept)]
+        start = time.perf_counter()
+        if device is not None:
+            batch = to_device(batch, device)
+            synchronize(device)
+        step(batch)
+        wait_for_step()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)

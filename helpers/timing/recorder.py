@@ -1,0 +1,274 @@
+"""The instrument's loop: :func:`record` iterates a DataLoader the way a training loop does.
+
+For every batch it measures, in the process that builds it, ``fetch_start`` /
+``fetch_end`` around the dataset access and ``collate_fn``; on the way, when it was sent
+and received (unpickled in the main process); in the loop, ``wait_start`` (the loop asks
+for the next batch), ``ready`` (the batch is in hand) and ``step_end``; with
+``pin_memory=True`` when the pin thread pinned it; with ``device=`` when the loop's copy
+to the device finished; with ``wrap=`` the prefetcher's own work. Garbage-collection
+pauses of the main process are recorded too. :mod:`helpers.timing.hooks` says how.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+from collections.abc import Callable, Iterator
+from time import perf_counter as clock
+from typing import Any
+
+from torch.utils.data import DataLoader
+
+from . import torch_internals
+from .device import synchronize, to_device, wait_for_step
+from .hooks import MAIN_PROCESS, GcMonitor, MainProcessFetch, PrefetcherTimer, RecordingWorkerInit, Stamped
+from .report import progress_bar
+from .settings import loader_config
+from .timeline import BatchRecord, EpochRecord, Pause, Span, Timeline
+
+
+def _no_step(batch: Any) -> None:
+    return None
+
+
+class _Unwrapped:
+    """What a prefetcher (``wrap=``) iterates: the loader's batches without the instrument's
+    envelopes, whose timings wait in ``stamps`` (first in, first out) until the loop takes
+    the matching batch from the prefetcher: prefetchers keep the order of batches."""
+
+    def __init__(self, iterator: Iterator[Any]):
+        self.iterator = iterator
+        self.stamps: collections.deque[Stamped] = collections.deque()
+
+    def __iter__(self) -> Iterator[Any]:
+        for item in self.iterator:
+            self.stamps.append(item)
+            yield item.data
+            item.data = None  # the prefetcher holds the batch now; the envelope keeps the times
+
+
+def _progress(loader: DataLoader, epochs: int, max_batches: int | None, label: str | None):
+    """A progress bar for a recording (shown only when it lasts more than a few seconds)."""
+    try:
+        total: int | None = len(loader) * epochs
+    except TypeError:
+        total = None
+    if max_batches is not None:
+        total = max_batches if total is None else min(total, max_batches)
+    return progress_bar(total, label or "recording")
+
+
+def record(
+    loader: DataLoader,
+    step: Callable[[Any], Any] | None = None,
+    *,
+    epochs: int = 1,
+    max_batches: int | None = None,
+    on_batch: Callable[[BatchRecord], Any] | None = None,
+    device: Any = None,
+    wrap: Callable[[Any], Any] | None = None,
+    progress: str | bool = True,
+) -> Timeline:
+    """Iterate ``loader`` like a training loop, call ``step(batch)`` on each batch, and
+    measure every batch (see the module docstring).
+
+    Args:
+        loader: any ``DataLoader`` (map-style or iterable, 0 or more workers, any start
+            method, ``in_order``, ``persistent_workers``, ``pin_memory``, ``drop_last``,
+            custom ``collate_fn``). ``step`` receives each batch exactly as the loader
+            delivers it.
+        step: the work per batch, e.g. ``helpers.ModelledStep(0.25)``; None = no work.
+        epochs: how many passes over the loader.
+        max_batches: stop after this many batches in total (across epochs).
+        on_batch: called with each :class:`BatchRecord` as it completes.
+        device: copy each batch to this device in the loop before ``step`` (with
+            ``non_blocking`` when the loader pins memory), synchronise, and record
+            ``copy_end``: the copy shows as its own segment on the loop's row.
+        wrap: called with each epoch's batches; returns the iterable the loop takes batches
+            from (a prefetcher such as :class:`helpers.ThreadPrefetcher` or
+            :class:`helpers.DevicePrefetcher`). It sees the batches as the loader delivers
+            them; its per-batch work is timed from outside (:class:`helpers.timing.hooks.PrefetcherTimer`)
+            and its ``close()`` is called when the epoch ends.
+        progress: a label for the progress bar shown when a recording takes more than 3 s
+            (True: "recording"; False: none).
+
+    The recording starts from cold workers: a persistent iterator the loader already
+    had is shut down first, and the recording's own workers are shut down at the end
+    (they carry the instrument's hooks). ``loader.worker_init_fn`` is restored.
+    """
+    if not isinstance(loader, DataLoader):
+        raise TypeError(f"record() needs a torch.utils.data.DataLoader, got {type(loader).__name__}")
+    if not isinstance(epochs, int) or epochs < 1:
+        raise ValueError(f"epochs must be a positive integer, got {epochs!r}")
+    if max_batches is not None and (not isinstance(max_batches, int) or max_batches < 1):
+        raise ValueError(f"max_batches must be None or a positive integer, got {max_batches!r}")
+    if isinstance(loader.worker_init_fn, RecordingWorkerInit):
+        raise RuntimeError("this loader is already being recorded (record() is not re-entrant)")
+    step = step if step is not None else _no_step
+    check_importable(loader)
+
+    batches: list[BatchRecord] = []
+    epoch_records: list[EpochRecord] = []
+    spans: list[Span] = []
+    config = loader_config(loader)
+    user_init = loader.worker_init_fn
+    torch_internals.drop_persistent_iterator(loader)
+    if loader.num_workers > 0:
+        loader.worker_init_fn = RecordingWorkerInit(user_init)
+    bar = _progress(loader, epochs, max_batches, progress if isinstance(progress, str) else None) \
+        if progress else None
+    t0 = clock()
+    try:
+        with GcMonitor() as gc_monitor:
+            for epoch in range(epochs):
+                if max_batches is not None and len(batches) >= max_batches:
+                    break
+                epoch_record, epoch_spans = _record_epoch(
+                    loader, step, epoch, t0, batches, max_batches, device, wrap, on_batch, bar)
+                epoch_records.append(epoch_record)
+                spans.extend(epoch_spans)
+    finally:
+        loader.worker_init_fn = user_init
+        torch_internals.drop_persistent_iterator(loader)
+        if bar is not None:
+            bar.close()
+    pauses = [Pause(start - t0, end - t0, generation) for start, end, generation in gc_monitor.pauses]
+    return Timeline(batches=batches, epochs=epoch_records, config=config, spans=spans, pauses=pauses)
+
+
+def _record_epoch(loader, step, epoch, t0, batches, max_batches, device, wrap, on_batch, bar):
+    iter_start = clock()
+    iterator = iter(loader)
+    fetcher = torch_internals.main_process_fetcher(iterator)
+    if fetcher is not None:
+        fetcher.fetch = MainProcessFetch(fetcher.fetch)
+    unwrapped = timer = anchor = None
+    if wrap is None:
+        source = iterator
+    else:
+        unwrapped = _Unwrapped(iterator)
+        source = wrap(iter(unwrapped))
+        timer = PrefetcherTimer(source)
+        if timer.cuda:
+            import torch
+
+            torch.cuda.synchronize()
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            anchor = (clock(), event)
+    source_iter = iter(source)
+    iter_end = clock()
+    first_ready = None
+    worker_ready: dict[int, float] = {}
+    for index in itertools.count():
+        if max_batches is not None and len(batches) >= max_batches:
+            break
+        wait_start = clock()
+        try:
+            item = next(source_iter)
+        except StopIteration:
+            break
+        ready = clock()
+        if unwrapped is not None:
+            if not unwrapped.stamps:
+                raise RuntimeError(
+                    "the prefetcher handed out more batches than it took from the loader: "
+                    "record(wrap=...) needs a prefetcher that passes each batch on once, in order")
+            stamped, data = unwrapped.stamps.popleft(), item
+        elif isinstance(item, Stamped):
+            stamped, data = item, item.data
+        else:
+            raise RuntimeError(
+                "a batch arrived without the instrument's timings: record() supports "
+                "torch.utils.data.DataLoader iterators (a DataLoader subclass that "
+                "changes iteration is not supported)")
+        copy_end = None
+        if device is not None:
+            data = to_device(data, device, non_blocking=loader.pin_memory)
+            synchronize(device)
+            copy_end = clock()
+        step(data)
+        wait_for_step()  # a CUDA step is asynchronous: its end is when its work is done
+        del data, item
+        step_end = clock()
+        if first_ready is None:
+            first_ready = ready
+        if stamped.worker != MAIN_PROCESS and stamped.worker_ready >= iter_start:
+            worker_ready.setdefault(stamped.worker, stamped.worker_ready - t0)
+        record_ = BatchRecord(
+            epoch=epoch, index=index, worker=stamped.worker,
+            fetch_start=stamped.fetch_start - t0, fetch_end=stamped.fetch_end - t0,
+            wait_start=wait_start - t0, ready=ready - t0, step_end=step_end - t0,
+            worker_seq=stamped.seq, indices=stamped.indices, pid=stamped.pid,
+            sent=_since(stamped.sent, t0), received_start=_since(stamped.received_start, t0),
+            received_end=_since(stamped.received_end, t0),
+            pin_start=_since(stamped.pin_start, t0), pin_end=_since(stamped.pin_end, t0),
+            copy_end=_since(copy_end, t0), fetch_cpu_s=stamped.fetch_cpu, collate_s=stamped.collate_s)
+        batches.append(record_)
+        del stamped
+        if bar is not None:
+            bar.update(1)
+        if on_batch is not None:
+            on_batch(record_)
+    end = clock()
+    spans: list[Span] = []
+    if unwrapped is not None:
+        close = getattr(source, "close", None)
+        if close is not None:
+            close()
+        spans = [Span(row, kind, start - t0, stop - t0, epoch, number)
+                 for row, kind, start, stop, number in timer.spans(anchor)]
+    # Without persistent workers, this epoch's workers end when the iterator goes (as in a
+    # loop that moves on to the next epoch); the time shows before the next iter().
+    del iterator, source, source_iter
+    return EpochRecord(epoch=epoch, iter_start=iter_start - t0, iter_end=iter_end - t0,
+                       first_ready=_since(first_ready, t0), end=end - t0,
+                       worker_ready=worker_ready), spans
+
+
+class NotImportable(TypeError):
+    """Something the workers need cannot reach them under spawn or forkserver."""
+
+
+def check_importable(loader: DataLoader) -> None:
+    """Raise :class:`NotImportable` naming the fix when the loader's workers start by spawn or
+    forkserver and its dataset, sampler, ``collate_fn`` or ``worker_init_fn`` is a lambda, a
+    function or class defined inside another function, or defined in a notebook cell: each
+    worker receives them pickled *by name* and imports them, and these have no importable name
+    (PyTorch's own error is a bare "Can't pickle local object" or, from the dead worker,
+    "Can't get attribute ... on <module '__main__'>"). Under fork they are inherited, and fine."""
+    if loader.num_workers == 0:
+        return
+    context = loader.multiprocessing_context
+    import multiprocessing
+
+    method = context.get_start_method() if context is not None else multiprocessing.get_start_method()
+    if method == "fork":
+        return
+    import __main__
+
+    notebook = not hasattr(__main__, "__file__")
+    parts = {"dataset": loader.dataset, "sampler": loader.sampler, "batch_sampler": loader.batch_sampler,
+             "collate_fn": loader.collate_fn, "worker_init_fn": loader.worker_init_fn}
+    for part, obj in parts.items():
+        if obj is None or isinstance(obj, RecordingWorkerInit):
+            continue
+        target = obj if callable(obj) and hasattr(obj, "__qualname__") else type(obj)
+        qualname, module = getattr(target, "__qualname__", ""), getattr(target, "__module__", "")
+        why = ""
+        if "<lambda>" in qualname:
+            why = "is a lambda"
+        elif "<locals>" in qualname:
+            why = f"is defined inside a function ({qualname})"
+        elif module == "__main__" and notebook:
+            why = f"is defined in a notebook cell ({qualname})"
+        if why:
+            raise NotImportable(
+                f"the loader's {part} {why}: its workers start by {method}, and each one imports what it "
+                f"runs by name, which this cannot give. Define it at the top level of a .py file (a module "
+                f"you import, like the lab's helpers) and pass that — or use fork where it exists. "
+                f"(PyTorch's own error would be \"Can't pickle local object\" or \"Can't get attribute\".)")
+
+
+def _since(value: float | None, t0: float) -> float | None:
+    return None if value is None else value - t0

@@ -1,0 +1,149 @@
+"""Every private part of ``torch.utils.data`` the lab touches, in one place, with a self-check.
+
+The instrument (:func:`helpers.record`) needs a few things PyTorch does not expose:
+the fetcher classes whose ``fetch`` it wraps in each worker, the main process's
+fetcher when there are no workers, the function the pin thread uses, and a way to
+shut down a loader's persistent workers. They are private: any torch release may
+move them. The lab pins ``torch==2.14.1`` (``pyproject.toml``), which is what
+protects them; :func:`self_check` fails loudly, naming what moved, if another torch
+is installed. Notebook 00 and a unit test call it.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader
+from torch.utils.data import dataloader as _dataloader
+from torch.utils.data._utils import fetch as _fetch
+from torch.utils.data._utils import pin_memory as _pin
+
+#: The classes whose ``fetch(possibly_batched_index)`` runs the dataset and ``collate_fn``.
+FETCHER_CLASSES = (_fetch._MapDatasetFetcher, _fetch._IterableDatasetFetcher)
+#: The iterator ``iter(loader)`` returns with ``num_workers=0``.
+SingleProcessIterator = _dataloader._SingleProcessDataLoaderIter
+#: The iterator ``iter(loader)`` returns with workers.
+MultiProcessIterator = _dataloader._MultiProcessingDataLoaderIter
+#: What the DataLoader's pin thread calls on each batch.
+pin_batch = _pin.pin_memory
+
+PINNED_TORCH = "2.14.1"
+
+
+def main_process_fetcher(iterator: Any) -> Any | None:
+    """The fetcher of a ``num_workers=0`` iterator (None for an iterator with workers)."""
+    if isinstance(iterator, SingleProcessIterator):
+        return iterator._dataset_fetcher
+    return None
+
+
+def worker_processes(iterator: Any) -> list[Any]:
+    """The worker processes (``multiprocessing.Process``) of an iterator; [] with 0 workers."""
+    return list(getattr(iterator, "_workers", None) or [])
+
+
+class WorkerDiedAtShutdown(RuntimeWarning):
+    """A worker ended abnormally while being shut down, after its work was done."""
+
+
+def shutdown_workers(iterator: Any) -> None:
+    """Stop an iterator's workers now (what the DataLoader does at the end of an epoch
+    without persistent workers, and when the iterator is garbage-collected).
+
+    A worker that dies *while exiting* (seen once in a fresh-clone run of notebook 05: a
+    worker aborted with "terminate called without an active exception" during
+    ``_shutdown_workers``, and PyTorch's SIGCHLD handler raised in the main process) did its
+    work already: that is reported as a :class:`WorkerDiedAtShutdown` warning, with PyTorch's
+    message, instead of failing the measurement it followed. Errors before shutdown still raise.
+    """
+    shutdown = getattr(iterator, "_shutdown_workers", None)
+    if shutdown is None:
+        return
+    try:
+        shutdown()
+    except RuntimeError as error:
+        if "DataLoader worker" not in str(error):
+            raise
+        import warnings
+
+        warnings.warn(f"a DataLoader worker ended abnormally while shutting down, after its work: {error}",
+                      WorkerDiedAtShutdown, stacklevel=2)
+        # PyTorch's `finally` already terminated any worker still alive and dropped the pids;
+        # the loop it left closes the index queues.
+        for queue in getattr(iterator, "_index_queues", []):
+            queue.cancel_join_thread()
+            queue.close()
+
+
+def drop_persistent_iterator(loader: DataLoader) -> None:
+    """Shut down the persistent iterator a loader keeps (``persistent_workers=True``), so
+    the next ``iter(loader)`` starts fresh workers."""
+    iterator = getattr(loader, "_iterator", None)
+    if iterator is not None:
+        shutdown_workers(iterator)
+        loader._iterator = None
+
+
+class TorchInternalsChanged(RuntimeError):
+    """This torch moved something the lab relies on."""
+
+
+@dataclass(frozen=True)
+class InternalCheck:
+    name: str
+    ok: bool
+    detail: str
+
+
+def self_check() -> list[InternalCheck]:
+    """Check every private name above against the installed torch, for real (a 0-worker and
+    a 1-worker loader are iterated). Raises :class:`TorchInternalsChanged` naming what moved
+    and the fix; returns the checks when all hold."""
+    checks: list[InternalCheck] = []
+
+    def check(name: str, ok: bool, detail: str) -> None:
+        checks.append(InternalCheck(name, bool(ok), detail))
+
+    for cls in FETCHER_CLASSES:
+        params = list(inspect.signature(cls.fetch).parameters)
+        check(f"{cls.__name__}.fetch", params == ["self", "possibly_batched_index"],
+              f"signature {params}")
+    check("pin_memory.pin_memory", "device" in inspect.signature(pin_batch).parameters,
+          f"signature {list(inspect.signature(pin_batch).parameters)}")
+
+    single = iter(DataLoader(list(range(4)), batch_size=2))
+    fetcher = main_process_fetcher(single)
+    check("_SingleProcessDataLoaderIter._dataset_fetcher", fetcher is not None and hasattr(fetcher, "fetch"),
+          type(fetcher).__name__)
+    check("single-process fetcher class", isinstance(fetcher, FETCHER_CLASSES), type(fetcher).__name__)
+    del single
+
+    loader = DataLoader(list(range(4)), batch_size=2, num_workers=1, persistent_workers=True)
+    iterator = iter(loader)
+    try:
+        next(iterator)
+        check("_MultiProcessingDataLoaderIter", isinstance(iterator, MultiProcessIterator),
+              type(iterator).__name__)
+        check("iterator._workers", len(worker_processes(iterator)) == 1, "one worker process listed")
+        check("iterator._shutdown_workers", callable(getattr(iterator, "_shutdown_workers", None)),
+              "callable")
+        check("loader._iterator (persistent)", getattr(loader, "_iterator", None) is iterator,
+              "the loader keeps its persistent iterator")
+    finally:
+        drop_persistent_iterator(loader)
+    check("workers stopped", not any(w.is_alive() for w in worker_processes(iterator)),
+          "no worker left after drop_persistent_iterator")
+
+    broken = [c for c in checks if not c.ok]
+    if broken:
+        raise TorchInternalsChanged(
+            f"torch {torch.__version__} moved private DataLoader internals the lab's instrument uses: "
+            + "; ".join(f"{c.name} ({c.detail})" for c in broken)
+            + f". The lab pins torch=={PINNED_TORCH}: reinstall its environment (`make lab`), or update "
+            "helpers/timing/torch_internals.py for this torch."
+        )
+    return checks
+
