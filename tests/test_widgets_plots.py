@@ -156,3 +156,16 @@ def test_table_renders_as_text_and_html_and_refuses_ragged_rows():
     assert "22" in str(t) and "<td>yy</td>" in t._repr_html_() and "<caption" in t._repr_html_()
     with pytest.raises(ValueError, match="every row needs 2 values"):
         helpers.table(["a", "b"], [[1]])
+
+
+def test_a_diagnosis_draws_through_the_plots_the_instrument_does_not_import():
+    from torch.utils.data import DataLoader
+
+    from helpers.timing.diagnosis import result
+
+    assert result.draw is not None  # connected by helpers/__init__.py
+    d = helpers.diagnose(DataLoader(helpers.WorkDataset(8), batch_size=2), steps=4, replay=2, progress=False)
+    ax = d.plot()
+    assert ax.get_title("left").startswith("headspace") and "recommendations" in ax.get_title("left")
+    assert helpers.plot_diagnosis(d, "mine").get_title("left").startswith("mine")
+    plt.close("all")
