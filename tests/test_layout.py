@@ -293,3 +293,16 @@ def test_every_explorer_shares_the_one_base():
     for name in names:
         cls = getattr(helpers, name)
         assert issubclass(cls, Explorer) and "run" not in vars(cls) and "show" not in vars(cls), name
+
+
+def test_what_a_worker_imports_stays_light():
+    """A spawned worker unpickles a dataset: it imports ``helpers`` and the dataset's module, and
+    must not pay for matplotlib, ipywidgets or torchvision (they load on first use)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, helpers, helpers.data.datasets, helpers.data.copy_on_read, helpers.timing.recorder\n"
+            "print(sorted(m for m in ('matplotlib', 'ipywidgets', 'torchvision') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
