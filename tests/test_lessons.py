@@ -328,6 +328,18 @@ def test_limits_checks_report_busy_cores_and_many_cores_as_premises():
     assert "still growing" in limits.cpu_reading(limits.speedups(runs), 16, 15.9)
 
 
+def test_limits_checks_report_a_quota_below_one_cpu_as_a_premise():
+    from helpers.lessons import limits
+
+    runs, data_paths, training = cpu_case(batch_sampler_s=0.046)  # make quota QUOTA=0.5 measured 0.77×
+    inside = limits.checks(runs, 1, 0.5, data_paths, training)  # half a CPU: 1 whole core, 0.5 free
+    assert inside[4].passed is None and "0.50 of a CPU" in inside[4].premise
+    assert "as short as 46 ms" in inside[4].premise
+    # with a whole CPU free the same measurement is tested, and fails
+    claim = "in memory: one index per batch beats per-sample loading with any number of workers"
+    assert claim in failing(limits.checks(runs, 1, 0.97, data_paths, training))
+
+
 def test_limits_checks_report_a_load_that_changed_during_the_runs():
     from helpers.lessons import limits
 
@@ -664,6 +676,19 @@ def test_device_prefetch_checks_fail_when_the_thread_does_not_hide_the_transform
     ]
     failed = failing(device_prefetch.checks(*host_case(inline_extra=0.0)))
     assert failed == ["in the loop's thread the transform adds to every batch"]
+
+
+def test_device_prefetch_checks_report_a_quota_too_small_for_the_thread_as_a_premise():
+    from helpers.lessons import device_prefetch
+
+    host, bound, transform_s, gpu = host_case(threaded_extra=0.006)  # make quota QUOTA=0.5: 25.8 vs 21.4 ms
+    claim = "in a prefetch thread it is hidden: the pace is that of the run without it"
+    inside = device_prefetch.checks(host, bound, transform_s, gpu, cores=0.5)
+    assert inside[1].passed is None and "needs 0.80 of a CPU" in inside[1].premise
+    assert "may use 0.5 CPU" in inside[1].premise
+    # one CPU is enough for the thread (0.8 of it): the claim is tested, and this run fails it
+    assert claim in failing(device_prefetch.checks(host, bound, transform_s, gpu, cores=1.0))
+    assert claim in failing(device_prefetch.checks(host, bound, transform_s, gpu))
 
 
 def gpu_recording(order, arrivals, copy_s=0.002, step_s=0.004):

@@ -104,15 +104,21 @@ def checks(
             )
     batched = data_paths["batch sampler, 0 workers"]
     best_per_sample = min(v for k, v in data_paths.items() if k.startswith("per-sample"))
-    out.append(
-        at_most(
-            "in memory: one index per batch beats per-sample loading with any number of workers",
-            batched / best_per_sample,
-            0.75,
-            unit="×",
-            what="batch sampler ÷ the best per-sample run",
+    claim = "in memory: one index per batch beats per-sample loading with any number of workers"
+    if cores_free < 0.9:
+        # Inside a quota below one CPU the kernel stops a process for the rest of each period once it
+        # has spent its share (make quota QUOTA=0.5: 0.77×, then 1.62× and 0.47× in two reruns): runs
+        # of tens of ms then measure where those stops fell, not the data path.
+        shortest = min(data_paths.values())
+        out.append(premise_failed(claim, f"{batched / best_per_sample:.2f}×",
+                                  f"only {cores_free:.2f} of a CPU was free for one process: a CPU quota "
+                                  "(or other programs) stops it for part of every period, and runs as "
+                                  f"short as {shortest * 1e3:.0f} ms measure where those stops fell"))
+    else:
+        out.append(
+            at_most(claim, batched / best_per_sample, 0.75, unit="×",
+                    what="batch sampler ÷ the best per-sample run")
         )
-    )
     claim = "training on in-memory data: a batch sampler with 0 workers beats 4 workers"
     ratio = training["batch sampler, 0 workers"] / training["per-sample, 4 workers"]
     if cores_free < cores - 0.3:
