@@ -41,6 +41,11 @@ import sys
 import threading
 import time
 
+# Run as a script, Python puts this folder first on sys.path, where the lab's modules would shadow
+# the libraries moto imports (requests.py here is the lab's, not the HTTP library): drop it.
+if sys.path and os.path.realpath(sys.path[0] or ".") == os.path.dirname(os.path.realpath(__file__)):
+    del sys.path[0]
+
 os.environ["INITIAL_NO_AUTH_ACTION_COUNT"] = "3"  # read by moto's settings when imported
 os.environ.setdefault("MOTO_ALLOW_NONEXISTENT_REGION", "true")
 
