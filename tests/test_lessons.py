@@ -1649,6 +1649,24 @@ def test_way_in_checks_fail_when_the_plain_loop_misreads_or_the_advice_does_not_
     assert no_advice.passed is False
 
 
+def test_way_in_leaves_out_each_workers_first_batch_after_the_advice():
+    from types import SimpleNamespace
+
+    from helpers.lessons import way_in
+
+    # spawned workers start one after another: batches 2 and 3 wait for workers 1 and 2 to start
+    before = _plain(64, 25)
+    spawned = ([0.08, 0.15, 0.15] + [0.001] * 21, [0.025] * 24)
+    claim = "with that advice the plain loop no longer waits for data most of the time (under 20 %)"
+    args = (before, SimpleNamespace(steady_wait_share=0.70), [_followed(0.089, 0.030, 0.026)], spawned)
+    assert claim in failing(way_in.checks(*args))  # from the second batch on: 34 %
+    assert not failing(way_in.checks(*args, workers_after=3))
+    assert "first 3 batches, one per worker" in way_in.reading(*spawned, skip=3)
+    # a loop that still waits after each worker's first batch fails all the same
+    still = ([0.08, 0.15, 0.15] + [0.017] * 21, [0.025] * 24)
+    assert claim in failing(way_in.checks(*args[:3], still, workers_after=3))
+
+
 def test_way_in_reports_a_loader_that_keeps_up_as_a_failed_premise():
     from types import SimpleNamespace
 
