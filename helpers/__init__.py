@@ -32,17 +32,21 @@ from .classroom.predict import Prediction
 from .classroom.setup_check import checks_html, run_setup_checks
 from .config import available_cores, cache_dir, is_smoke, results_dir, seconds, sized, start_method
 from .cores import cpu_limits, effective_cores
-from .data.copy_on_read.memory import (
+from .data.copy_on_read import (
+    STORAGES,
     MemoryRun,
+    PathDataset,
     WorkerMemory,
+    encoded_bytes,
     epoch_workers,
     extra_private,
     extra_uss,
+    make_paths,
     measure_memory,
     memory_table,
+    sent_bytes,
     summarise,
 )
-from .data.copy_on_read.paths import STORAGES, PathDataset, encoded_bytes, make_paths, sent_bytes
 from .data.datasets import (
     BatchedTensorDataset,
     BatchedTutorialDataset,
@@ -68,19 +72,26 @@ from .data.failures import (
 )
 from .data.mysteries import SlowCollate, mystery_loader
 from .data.prefetch import BatchTransform, DevicePrefetcher, SerialisedDevicePrefetcher, ThreadPrefetcher
-from .data.remote.dataset import S3Dataset
-from .data.remote.endpoint import Endpoint, StoreError, error_of, port_open
-from .data.remote.objects import (
+from .data.remote import (
+    Endpoint,
+    ObjectStore,
     ObjectTiming,
+    Requests,
+    S3Dataset,
+    StoreError,
+    client_setup_s,
     download,
+    error_of,
+    measure_requests,
     median_timing,
+    port_open,
+    request_slowdown,
+    samples_per_s,
     time_endpoints,
     time_files,
     time_objects,
     timing_table,
 )
-from .data.remote.requests import Requests, client_setup_s, measure_requests, request_slowdown, samples_per_s
-from .data.remote.store import ObjectStore
 from .data.resume import (
     SET_VITAL_FILTER,
     IdDataset,

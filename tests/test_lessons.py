@@ -1325,6 +1325,16 @@ def _remote_check(words, **changes):
     return check
 
 
+def test_remote_grid_reading_gives_each_configuration_and_the_cpu_per_request():
+    from helpers.lessons import remote
+
+    grid = {(1, 1): remote_requests(1, 0.050),
+            (2, 8): remote_requests(16, 0.080, cpu={"loader": 0.0045, "server": 0.004, "proxy": 0.0008})}
+    text = remote.grid_reading(grid, 2.0)
+    assert "1×1: 20 (50 ms); 2×8: 200 (80 ms)" in text
+    assert "loader 4.5 ms, server 4.0 ms, proxy 0.8 ms" in text and "of 2 CPUs" in text
+
+
 def test_remote_checks_pass_when_the_lesson_holds():
     from helpers.lessons import remote
 

@@ -37,17 +37,16 @@ def checks(host: dict[str, Timeline], bound: dict[str, Timeline], transform_s: f
                 s["no transform"], gap=transform_s, noise=noise),
     ]
     claim = "in a prefetch thread it is hidden: the pace is that of the run without it"
-    needs = transform_s / s["no transform"]  # the CPU the thread must spend beside the loop, in CPUs
+    threaded, alone = s["transform in a prefetch thread"], s["no transform"]
+    needs = transform_s / alone  # the CPU the thread must spend beside the loop, in CPUs
     if cores is not None and needs > 0.9 * cores:
         # make quota QUOTA=0.5: the thread needed 0.75 of a CPU, the quota gave 0.5 (25.8 against 21.4 ms)
-        threaded, alone = s["transform in a prefetch thread"], s["no transform"]
         out.append(premise_failed(claim, f"{threaded * 1e3:.1f} ms",
                                   f"hiding the transform needs {needs:.2f} of a CPU beside the loop "
                                   f"({transform_s * 1e3:.0f} ms of CPU every {alone * 1e3:.1f} ms), "
                                   f"and this process may use {cores:g} CPU (a CPU quota)"))
     else:
-        out.append(near(claim, s["transform in a prefetch thread"], s["no transform"], rel=0.2,
-                        noise_s=noise))
+        out.append(near(claim, threaded, alone, rel=0.2, noise_s=noise))
     b = per_batch(bound)
     ratio = b["data-bound, transform in the loop's thread"] / b["data-bound, transform in a prefetch thread"]
     out.append(near("data-bound: moving the transform to a thread changes nothing (fix the workers first)",

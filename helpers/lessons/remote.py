@@ -178,6 +178,18 @@ def thread_checks(
     return out
 
 
+def grid_reading(grid: dict[tuple[int, int], Requests], cores: float) -> str:
+    """Notebook 13's workers × threads sweep in two lines: samples/s (and the median request) per
+    configuration, then the CPU each side spent per request at 2 workers × 8 threads."""
+    rates = "; ".join(f"{w}×{t}: {r.samples_per_s():.0f} ({r.median_s() * 1e3:.0f} ms)"
+                      for (w, t), r in grid.items())
+    cpu = grid[2, 8].cpu_per_request()
+    return (f"samples/s (median request): {rates}\n"
+            f"CPU per request at 2 × 8: loader {cpu['loader'] * 1e3:.1f} ms, "
+            f"server {cpu['server'] * 1e3:.1f} ms, proxy {cpu['proxy'] * 1e3:.1f} ms; "
+            f"loader and store used {grid[2, 8].cpus_used():.2f} of {cores:g} CPUs.")
+
+
 def _keeps_time_check(grid: dict[tuple[int, int], Requests], alone_s: float) -> Check:
     alone_s = grid[1, 1].median_s() if (1, 1) in grid else alone_s
     kept = {
