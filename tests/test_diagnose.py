@@ -135,6 +135,20 @@ def test_cpu_bound_workers_that_fill_the_cores_get_the_sample_cost_not_more_work
     assert "sample_cost" in d.knobs() and "num_workers" not in d.knobs(), str(d)
 
 
+def test_workers_that_fill_the_cores_with_collate_get_the_collate_fn_not_the_sample_cost(monkeypatch):
+    # Mystery B's shape on two cores: the two workers spend most of each fetch computing in collate_fn,
+    # and the main process, short of a core, waits to take each batch in (CI once saw 1 % of the wait
+    # for batches not yet built and the rest for a core). The cost to cut is collate's.
+    from helpers import cores
+    from helpers.data.mysteries import SlowCollate
+
+    two = cores.CpuLimits(2, "os.sched_getaffinity", None)
+    _patch_diagnosis_cpu_limits(monkeypatch, two)
+    d = _diagnose(DataLoader(helpers.WorkDataset(96, item_wait_s=0.0005), batch_size=4, num_workers=2,
+                             collate_fn=SlowCollate(0.02)), 0.005, steps=16)
+    assert "collate_fn" in d.knobs() and not {"sample_cost", "num_workers"} & set(d.knobs()), str(d)
+
+
 def test_slow_batches_on_one_worker_get_in_order_false_and_spread_ones_a_deeper_prefetch():
     # One batch in 8 is 12× slower; with 4 workers in order every slow batch lands on worker 0. The
     # median fetch (16 ms) would find 4 workers plenty; the mean (38 ms) says 3 are needed: capacity is

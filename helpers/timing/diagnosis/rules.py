@@ -157,11 +157,6 @@ def recommend(d: Diagnosis, loader: DataLoader, *, device: Any = None) -> list[R
     # cheaper fetch (collate) or sample only helps when the workers are what the loop waits for.
     workers_pace = n / max(workers, 1)
     workers_busy = workers_pace >= BUSY_WORKERS * loop_s
-    if input_bound and workers_busy and d.collate_s is not None and d.collate_s >= COLLATE_SHARE * n:
-        out.append(Recommendation(
-            "collate_fn", "a cheaper collate_fn (or build batches in __getitems__: notebook 08)",
-            f"collate_fn takes {_ms(d.collate_s)} of the {_ms(n)} a worker spends per batch",
-            None, max((n - d.collate_s) / max(workers, 1), loop_s)))
     waiting = d.steady_wait_share >= INPUT_BOUND
     # More workers only when the model's gain is worth a change (beats the run's own noise).
     more_s = max(n / (needed if not cpu_bound else max(min(needed, cores), 1)), loop_s)
@@ -174,6 +169,17 @@ def recommend(d: Diagnosis, loader: DataLoader, *, device: Any = None) -> list[R
     own_m = m if d.receive_alone_s is None else min(m, d.receive_alone_s + max(m - parts[
         "receive (unpickle in the main process)"], 0.0))
     main_bound = waiting and own_m >= 0.001 and own_m >= MAIN_SHARE * (y + own_m)
+    # A collate_fn that is most of the fetch is the cost to cut when the loop waits for the workers,
+    # or when their computing fills the cores (the main process then waits for a core: its m swells).
+    collate_heavy = d.collate_s is not None and d.collate_s >= COLLATE_SHARE * n
+    if collate_heavy and ((input_bound and workers_busy) or (waiting and saturated and not main_bound)):
+        starved = (f"; the workers' computing fills the {limits.describe()}{busy} and the main process, "
+                   f"short of a core, takes {_ms(m)} to take each batch in ({_ms(own_m)} alone)"
+                   if not (input_bound and workers_busy) else "")
+        out.append(Recommendation(
+            "collate_fn", "a cheaper collate_fn (or build batches in __getitems__: notebook 08)",
+            f"collate_fn takes {_ms(d.collate_s)} of the {_ms(n)} a worker spends per batch" + starved,
+            None, max((n - d.collate_s) / max(workers, 1), y + own_m if starved else loop_s)))
     if main_bound:
         out.append(Recommendation(
             "main_process", "make the main process's share per batch smaller: fewer and smaller tensors per "
@@ -183,12 +189,13 @@ def recommend(d: Diagnosis, loader: DataLoader, *, device: Any = None) -> list[R
             "a step shorter than y + m"))
     if waiting and saturated and not main_bound:
         # The workers' computing fills the cores; the main process waits for one too (its m swells).
-        out.append(Recommendation(
-            "sample_cost", "make each sample cheaper to load (decode less or smaller, resize earlier, "
-            "augment on the GPU: notebooks 04 and 14); more workers cannot help here",
-            f"the fetch computes (the CPU {d.cpu_share:.0%} of its time) and the {workers} workers already "
-            f"fill the {limits.describe()}{busy}: the main process, short of a core, takes {_ms(m)} to "
-            f"take each batch in ({_ms(own_m)} alone); the sizing rule would ask for {needed}"))
+        if not collate_heavy:
+            out.append(Recommendation(
+                "sample_cost", "make each sample cheaper to load (decode less or smaller, resize earlier, "
+                "augment on the GPU: notebooks 04 and 14); more workers cannot help here",
+                f"the fetch computes (the CPU {d.cpu_share:.0%} of its time) and the {workers} workers already "
+                f"fill the {limits.describe()}{busy}: the main process, short of a core, takes {_ms(m)} to "
+                f"take each batch in ({_ms(own_m)} alone); the sizing rule would ask for {needed}"))
     elif input_bound and workers < needed and not main_bound and not worth:
         out.append(Recommendation(
             "none", "the loader nearly keeps up: more workers would gain little; make the step faster",
