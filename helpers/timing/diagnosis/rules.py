@@ -193,9 +193,10 @@ def recommend(d: Diagnosis, loader: DataLoader, *, device: Any = None) -> list[R
             out.append(Recommendation(
                 "sample_cost", "make each sample cheaper to load (decode less or smaller, resize earlier, "
                 "augment on the GPU: notebooks 04 and 14); more workers cannot help here",
-                f"the fetch computes (the CPU {d.cpu_share:.0%} of its time) and the {workers} workers already "
-                f"fill the {limits.describe()}{busy}: the main process, short of a core, takes {_ms(m)} to "
-                f"take each batch in ({_ms(own_m)} alone); the sizing rule would ask for {needed}"))
+                f"the fetch computes (the CPU {d.cpu_share:.0%} of its time) and the {workers} workers "
+                f"already fill the {limits.describe()}{busy}: the main process, short of a core, takes "
+                f"{_ms(m)} to take each batch in ({_ms(own_m)} alone); the sizing rule would ask for "
+                f"{needed}"))
     elif input_bound and workers < needed and not main_bound and not worth:
         out.append(Recommendation(
             "none", "the loader nearly keeps up: more workers would gain little; make the step faster",
