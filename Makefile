@@ -9,13 +9,15 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 QUICK ?= $(DLLAB_SMOKE)
 START_METHOD ?= $(DLLAB_START_METHOD)
 
-.PHONY: lab test unit notebooks browser browser-decks lint stress quota start-methods handouts slides figures figures-gpu benchmark readme strip clean
+.PHONY: lab test untimed timed unit notebooks browser browser-decks lint stress quota start-methods handouts slides figures figures-gpu benchmark readme strip clean
 
 # (Re)create the environment when it is missing or pyproject.toml changed.
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade pip
-	$(BIN)/python -m pip install -e '.[test]'
+	# --no-compile: pip would byte-compile all ~13,000 files of the environment (~40 s of one core);
+	# Python compiles the few thousand a run imports on first use, and caches them.
+	$(BIN)/python -m pip install --no-compile -e '.[test]'
 	touch $(STAMP)
 
 # QUICK=1 opens the lab with the smoke sizes (a class's time budget); START_METHOD=spawn (or
@@ -24,7 +26,18 @@ lab: $(STAMP)
 	DLLAB_SMOKE=$(QUICK) DLLAB_START_METHOD=$(START_METHOD) \
 	  $(BIN)/jupyter lab --ip=127.0.0.1 --notebook-dir=notebooks $(ROOT_FLAG)
 
-test: lint unit notebooks browser
+# The same tests as `unit notebooks browser`, grouped by what may share the cores: everything that
+# compares no timings (unit tests and the untimed notebooks) in one run, two at a time; then the tests
+# and notebooks that compare timings, one at a time; then the browser.
+test: lint untimed timed browser
+
+untimed: $(STAMP)
+	$(NBMAKE_ENV) $(BIN)/python -m pytest -m "not browser and not timing" -q -n 2 tests \
+	  --nbmake --nbmake-timeout=300 $(UNTIMED_NOTEBOOKS)
+
+timed: $(STAMP)
+	$(BIN)/python -m pytest -m "timing" -q
+	$(NBMAKE) $(filter-out $(UNTIMED_NOTEBOOKS),$(sort $(wildcard notebooks/*.ipynb)))
 
 lint: $(STAMP)
 	$(BIN)/ruff check helpers tests notebooks benchmarks scripts
@@ -39,8 +52,8 @@ unit: $(STAMP)
 # other notebook runs alone, so that nothing shares its cores but what the lesson starts.
 UNTIMED_NOTEBOOKS := notebooks/00_setup_check.ipynb notebooks/06_pinned_memory.ipynb \
   notebooks/10_shared_memory.ipynb notebooks/12_copy_on_read.ipynb notebooks/15_resume.ipynb
-NBMAKE := DLLAB_SMOKE=1 TQDM_DISABLE=1 DLLAB_START_METHOD=$(START_METHOD) \
-  $(BIN)/python -m pytest --nbmake --nbmake-timeout=300 -q
+NBMAKE_ENV := DLLAB_SMOKE=1 TQDM_DISABLE=1 DLLAB_START_METHOD=$(START_METHOD)
+NBMAKE := $(NBMAKE_ENV) $(BIN)/python -m pytest --nbmake --nbmake-timeout=300 -q
 notebooks: $(STAMP)
 	$(NBMAKE) -n 2 $(UNTIMED_NOTEBOOKS)
 	$(NBMAKE) $(filter-out $(UNTIMED_NOTEBOOKS),$(sort $(wildcard notebooks/*.ipynb)))

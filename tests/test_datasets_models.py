@@ -39,12 +39,14 @@ def test_batched_work_pays_the_request_cost_once_per_batch():
     assert time.perf_counter() - start < per_item / 2
 
 
+@pytest.mark.untimed
 def test_work_dataset_items_carry_their_index():
     assert helpers.WorkDataset(3)[2] == 2
     item = helpers.WorkDataset(3, item_shape=(2, 2))[1]
     assert item.shape == (2, 2) and torch.all(item == 1)
 
 
+@pytest.mark.untimed
 def test_tutorial_datasets_match_in_shape_and_are_repeatable():
     single = helpers.TutorialDataset(8, shape=(3, 8, 8), item_wait_s=0.0)
     batched = helpers.BatchedTutorialDataset(8, shape=(3, 8, 8), item_wait_s=0.0)
@@ -56,6 +58,7 @@ def test_tutorial_datasets_match_in_shape_and_are_repeatable():
     assert [y for _, y in items] == [single[i][1] for i in range(3)]
 
 
+@pytest.mark.untimed
 def test_tutorial_dataset_loads_under_spawn():
     dataset = helpers.BatchedTutorialDataset(8, shape=(3, 8, 8), item_wait_s=0.0)
     loader = make_loader(dataset, batch_size=4, num_workers=1, prefetch_factor=1,
@@ -70,6 +73,7 @@ def test_straggler_dataset_slows_one_item_in_every():
     assert dataset.mean_item_s() == pytest.approx(0.01 * (1 + 4 / 5))
 
 
+@pytest.mark.untimed
 def test_mnist_like_is_learnable_shape():
     data = helpers.mnist_like(100)
     x, y = data[:]
@@ -80,10 +84,12 @@ def test_mnist_like_is_learnable_shape():
     (lambda: helpers.TutorialNet(), torch.randn(2, 3, 64, 64)),
     (lambda: helpers.ForumMLP(), torch.randn(2, 784)),
 ])
+@pytest.mark.untimed
 def test_real_models_produce_ten_logits(model, inputs):
     assert model()(inputs).shape == (2, 10)
 
 
+@pytest.mark.untimed
 def test_train_step_lowers_the_loss():
     torch.manual_seed(0)
     x, y = helpers.mnist_like(256)[:]

@@ -43,6 +43,7 @@ def test_the_profilers_dataloader_spans_agree_with_the_labs_waits(tmp_path):
     assert path.exists() and '"DataLoader Lab"' in path.read_text()
 
 
+@pytest.mark.untimed
 def test_bad_arguments_are_refused():
     with pytest.raises(TypeError, match="DataLoader"):
         helpers.diagnose([1, 2, 3])
@@ -286,6 +287,7 @@ def test_a_slow_copy_to_the_device_gets_pinning_advice(quiet_machine, monkeypatc
     assert "pin_memory" not in _diagnose(pinned, 0.01, steps=12, device="cpu").knobs()
 
 
+@pytest.mark.untimed
 def test_empty_loaders_and_a_lambda_under_spawn_get_clear_errors():
     with pytest.raises(ValueError, match="no batches"):
         helpers.diagnose(DataLoader(helpers.WorkDataset(3), batch_size=4, drop_last=True))
@@ -314,6 +316,7 @@ def test_a_cuda_step_is_waited_for_in_the_replay(monkeypatch):
     assert len(waited) == 4 + 4  # every step of the run (record) and of the replay
 
 
+@pytest.mark.untimed
 def test_the_diagnosis_checks_the_torch_internals_first(monkeypatch):
     from helpers.timing import torch_internals
     from helpers.timing.diagnosis import run as diagnosis
@@ -335,6 +338,7 @@ def test_following_the_advice_on_mystery_a_is_measured_beside_the_prediction():
     assert first.as_predicted, first.describe()
 
 
+@pytest.mark.untimed
 def test_the_command_line_refuses_each_bad_input_with_its_fix(tmp_path):
     (tmp_path / "needs_missing.py").write_text("import not_installed_anywhere\n")
     (tmp_path / "odd.py").write_text(

@@ -28,6 +28,7 @@ def _listening_addresses(stop: threading.Event, seen: set) -> None:
         time.sleep(0.02)
 
 
+@pytest.mark.untimed
 def test_a_launch_records_every_rank_listens_on_loopback_only_and_leaves_nothing():
     stop, seen = threading.Event(), set()
     watcher = threading.Thread(target=_listening_addresses, args=(stop, seen), daemon=True)
@@ -46,6 +47,7 @@ def test_a_launch_records_every_rank_listens_on_loopback_only_and_leaves_nothing
     assert helpers.child_processes() == set()
 
 
+@pytest.mark.untimed
 def test_set_epoch_and_drop_last():
     run = helpers.launch(2, num_workers=0, set_epoch=True, drop_last=True, **COMMON)
     assert run.ok, run.output[-2000:]
@@ -82,6 +84,7 @@ def test_a_killed_rank_fails_the_launch_and_torchrun_lists_it(num_workers):
     assert run.left_behind == [] and helpers.child_processes() == set()
 
 
+@pytest.mark.untimed
 def test_descendants_are_found_when_their_parent_died_and_their_command_line_differs(tmp_path):
     """A spawn or forkserver worker does not carry its rank's command line, and is re-parented
     when its rank is killed: only the pids remembered while the launch ran find it."""
@@ -113,6 +116,7 @@ def test_descendants_are_found_when_their_parent_died_and_their_command_line_dif
             psutil.Process(orphan).kill()
 
 
+@pytest.mark.untimed
 def test_wait_for_exit_stops_what_is_left(tmp_path):
     import subprocess
     import sys
@@ -130,6 +134,7 @@ def test_wait_for_exit_stops_what_is_left(tmp_path):
     assert wait_for_exit(tag, within_s=0.3) == []
 
 
+@pytest.mark.untimed
 def test_bad_arguments_are_refused():
     with pytest.raises(ValueError, match="nproc"):
         helpers.launch(0, n=4, batch_size=1)

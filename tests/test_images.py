@@ -20,6 +20,7 @@ def jpegs(tmp_path_factory):
     return paths, labels, helpers.pack_tar(paths, folder / "shard.tar")
 
 
+@pytest.mark.untimed
 def test_jpegs_decode_to_what_was_drawn(jpegs):
     paths, labels, _ = jpegs
     assert labels == [i % 3 for i in range(12)]
@@ -31,6 +32,7 @@ def test_jpegs_decode_to_what_was_drawn(jpegs):
     assert torch.equal(synthetic_image(5, 64), drawn)  # the same index draws the same picture
 
 
+@pytest.mark.untimed
 def test_the_shard_holds_the_same_bytes_as_the_files(jpegs):
     paths, labels, shard = jpegs
     names, offsets, sizes = helpers.tar_index(shard)
@@ -93,6 +95,7 @@ def test_cost_and_rates(jpegs):
     assert 0 < helpers.decode_rate(timeline) < float("inf")
 
 
+@pytest.mark.untimed
 def test_bad_input_names_the_fix(tmp_path, jpegs):
     paths, labels, _ = jpegs
     with pytest.raises(FileNotFoundError, match="pack_tar"):

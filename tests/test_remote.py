@@ -56,6 +56,7 @@ def _closed(ports: list[int], within_s: float = 10.0) -> bool:
     return False
 
 
+@pytest.mark.untimed
 def test_store_stops_and_leaves_no_process_or_port():
     before = helpers.child_processes()
     store = helpers.ObjectStore().start()
@@ -69,6 +70,7 @@ def test_store_stops_and_leaves_no_process_or_port():
     assert helpers.child_processes() == before
 
 
+@pytest.mark.untimed
 def test_store_stops_when_its_block_raises():
     with pytest.raises(ZeroDivisionError), helpers.ObjectStore() as store:
         pid = store.pid
@@ -76,6 +78,7 @@ def test_store_stops_when_its_block_raises():
     assert not store.alive and _gone(pid)
 
 
+@pytest.mark.untimed
 def test_store_stops_when_its_parent_is_killed(tmp_path):
     """A kernel killed with SIGKILL runs no clean-up, and a forked child of it (as a DataLoader
     worker is) keeps the store's input pipe open: the store still notices its parent is gone."""
@@ -109,6 +112,7 @@ def test_store_stops_when_its_parent_is_killed(tmp_path):
         os.kill(info["child"], signal.SIGKILL)
 
 
+@pytest.mark.untimed
 def test_server_and_proxies_listen_on_127_0_0_1_only(store):
     store.endpoint(latency_s=0.005)
     server = psutil.Process(store.pid)
@@ -132,6 +136,7 @@ def test_the_proxy_adds_the_round_trip_and_caps_the_bandwidth(store, keys):
     assert capped.total_s >= 2**20 / 4e6 * 0.9
 
 
+@pytest.mark.untimed
 def test_clear_errors_name_the_fix(store, keys):
     stopped = helpers.ObjectStore().start()
     gone = stopped.endpoint()
@@ -147,6 +152,7 @@ def test_clear_errors_name_the_fix(store, keys):
     assert isinstance(helpers.error_of(lambda: helpers.S3Dataset(unknown, "test", keys)), PermissionError)
 
 
+@pytest.mark.untimed
 def test_a_worker_meeting_a_stopped_store_raises_the_clear_error(keys):
     with helpers.ObjectStore() as doomed:
         doomed.make_bucket("test", count=4, size=16)
@@ -156,6 +162,7 @@ def test_a_worker_meeting_a_stopped_store_raises_the_clear_error(keys):
         next(iter(loader))
 
 
+@pytest.mark.untimed
 def test_bad_arguments_are_refused(store, keys):
     with pytest.raises(ValueError, match="latency_s"):
         store.endpoint(latency_s=-1)

@@ -14,6 +14,7 @@ def db(tmp_path_factory):
     return helpers.make_sqlite_db(tmp_path_factory.mktemp("db") / "s.sqlite", 100, features=8)
 
 
+@pytest.mark.untimed
 def test_per_sample_and_batched_return_the_same_samples(db):
     plain, batched = helpers.SqliteDataset(db), helpers.BatchedSqliteDataset(db)
     indices = [5, 3, 99, 0]
@@ -36,6 +37,7 @@ def test_sqlite_datasets_load_in_workers(db, start_method):
     assert len(batches) == 10 and batches[0][0].shape == (10, 8)
 
 
+@pytest.mark.untimed
 def test_missing_database_names_the_fix(tmp_path):
     with pytest.raises(FileNotFoundError, match="make_sqlite_db"):
         helpers.SqliteDataset(tmp_path / "none.sqlite")

@@ -90,6 +90,7 @@ def test_worker_seq_counts_batches_per_worker():
 
 
 # -- what the step receives -----------------------------------------------------------------
+@pytest.mark.untimed
 def test_step_receives_the_batch_exactly_as_the_loader_delivers_it():
     dataset = helpers.WorkDataset(10, item_shape=(3,))
     loader = make_loader(dataset, batch_size=4, num_workers=2, prefetch_factor=2)
@@ -110,6 +111,7 @@ def collate_pair(items):
     return Pair(items)
 
 
+@pytest.mark.untimed
 def test_custom_collate_fn_output_reaches_the_step_unchanged():
     loader = torch.utils.data.DataLoader(helpers.WorkDataset(5, item_wait_s=0.0), batch_size=2,
                                          num_workers=1, collate_fn=collate_pair)
@@ -119,6 +121,7 @@ def test_custom_collate_fn_output_reaches_the_step_unchanged():
     assert [b.items for b in received] == [[0, 1], [2, 3], [4]]
 
 
+@pytest.mark.untimed
 @pytest.mark.parametrize("drop_last, expected", [(False, [3, 3, 3, 1]), (True, [3, 3, 3])])
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_batch_counts_with_drop_last_and_partial_batches(drop_last, expected, num_workers):
@@ -141,6 +144,7 @@ def test_getitems_is_used_and_recorded():
     assert all(0.04 < b.fetch_s < 0.15 for b in tl.batches), [b.fetch_s for b in tl.batches]
 
 
+@pytest.mark.untimed
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_iterable_dataset(num_workers):
     loader = make_loader(helpers.WorkStream(9, item_wait_s=0.01), batch_size=2,
@@ -198,6 +202,7 @@ def set_tag(worker_id: int) -> None:
     get_worker_info().dataset.tag = f"worker-{worker_id}"
 
 
+@pytest.mark.untimed
 def test_the_loaders_own_worker_init_fn_still_runs():
     loader = make_loader(helpers.TaggedDataset(4), batch_size=1, num_workers=2,
                                  prefetch_factor=2, worker_init_fn=set_tag, start_method="fork")
@@ -207,6 +212,7 @@ def test_the_loaders_own_worker_init_fn_still_runs():
     assert loader.worker_init_fn is set_tag
 
 
+@pytest.mark.untimed
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_pin_memory_delivers_the_same_batches(num_workers):
     loader = make_loader(helpers.WorkDataset(6, item_shape=(4,)), batch_size=3,
@@ -228,6 +234,7 @@ def test_max_batches_counts_across_epochs():
     assert [b.index for b in tl.batches] == [0, 1, 2, 3, 0, 1]
 
 
+@pytest.mark.untimed
 def test_a_failing_step_propagates_and_the_loader_is_restored():
     loader = make_loader(helpers.WorkDataset(4, item_wait_s=0.0), num_workers=1, prefetch_factor=1)
 
@@ -239,6 +246,7 @@ def test_a_failing_step_propagates_and_the_loader_is_restored():
     assert loader.worker_init_fn is None
 
 
+@pytest.mark.untimed
 def test_bad_arguments_are_refused():
     loader = make_loader(helpers.WorkDataset(2, item_wait_s=0.0))
     with pytest.raises(TypeError, match="DataLoader"):
@@ -335,6 +343,7 @@ def test_paused_intervals_counts_intervals_with_a_long_pause():
     assert tl.paused_intervals() == 1
 
 
+@pytest.mark.untimed
 def test_torch_internals_self_check_passes_on_the_pinned_torch():
     from helpers.timing import torch_internals
 
@@ -342,6 +351,7 @@ def test_torch_internals_self_check_passes_on_the_pinned_torch():
     assert all(c.ok for c in checks) and len(checks) >= 8
 
 
+@pytest.mark.untimed
 def test_torch_internals_self_check_names_what_moved(monkeypatch):
     from helpers.timing import torch_internals
 
@@ -384,6 +394,7 @@ def test_fetch_cpu_tells_computing_from_waiting_and_collate_is_timed_where_it_ru
     assert all(0.019 <= b.collate_s <= b.fetch_s for b in slow.batches)
 
 
+@pytest.mark.untimed
 def test_a_lambda_or_local_class_under_spawn_gets_the_fix_named(monkeypatch):
     from helpers.timing.recorder import NotImportable
 
