@@ -2,6 +2,8 @@
 
 Each notebook's title is its first markdown heading; its one-line summary, GPU note and
 measured run times (``scripts/run_times.py``) are in its metadata under ``dataloader_lab``.
+The overview deck (``notebooks/overview.ipynb``: slides only, no run time, no handout) is not a
+lesson and has no row: README links it above the table.
 ``--write`` updates README.md and INSTRUCTORS.md between their markers; ``--check`` exits 1
 when either is stale (a test runs it).
 """

@@ -15,6 +15,9 @@ except ModuleNotFoundError:  # Python 3.10: the test extra installs tomli
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+#: The lessons, in path order. notebooks/overview.ipynb is the slides-only deck (markdown, runs nothing):
+#: clean like every notebook, but not a lesson with neighbours, code and checks (tests/test_plans.py).
+LESSONS = [p for p in NOTEBOOKS if p.name != "overview.ipynb"]
 
 
 def _pyproject_requirements() -> list[str]:
@@ -62,8 +65,8 @@ def test_no_notebook_defines_what_runs_in_a_worker():
 
 
 def test_notebooks_link_to_their_neighbours():
-    names = [p.name for p in NOTEBOOKS]
-    for i, path in enumerate(NOTEBOOKS):
+    names = [p.name for p in LESSONS]
+    for i, path in enumerate(LESSONS):
         text = path.read_text()
         if i > 0:
             assert names[i - 1] in text, f"{path.name} does not link back to {names[i - 1]}"
@@ -95,7 +98,7 @@ def _code_cells(path: Path) -> list[str]:
 
 def test_notebooks_read_as_lessons_without_outputs():
     """The story is in markdown; code cells are short and show the DataLoader call they teach."""
-    for path in NOTEBOOKS:
+    for path in LESSONS:
         cells = _code_cells(path)
         for source in cells:
             lines = [line for line in source.splitlines()

@@ -1,0 +1,231 @@
+"""Teaching material that fits a real course: the guide's plans reach every notebook and cite the
+measured run times; each notebook's instructor note is its own (its prediction, what to show, its
+measured run time); the overview deck runs nothing and carries the current reference figures."""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+import run_times  # noqa: E402
+import slides  # noqa: E402
+
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]*_*.ipynb"))
+OVERVIEW = ROOT / "notebooks" / slides.OVERVIEW
+GUIDE = ROOT / "INSTRUCTORS.md"
+#: Two notes may share a run of at most this many words (a link, "in quick mode", a title).
+SHARED_WORDS = 9
+
+
+def _number(path: Path) -> str:
+    return path.name.split("_")[0]
+
+
+def _section(text: str, heading: str) -> str:
+    start = text.index(f"\n{heading}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start:end if end >= 0 else None]
+
+
+def plan_rows(guide: str) -> list[list[str]]:
+    """The cells of every table row in the guide's "Course plans" section (header rows left out)."""
+    rows = []
+    for line in _section(guide, "## Course plans").splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("|") and cells[0] not in ("min", "") and not set(cells[0]) <= set("-"):
+            rows.append(cells)
+    return rows
+
+
+def planned_notebooks(guide: str) -> set[str]:
+    """The notebook numbers the plans' tables name in their second column (00, 00b, 01 …)."""
+    return {n for row in plan_rows(guide) for n in re.findall(r"\b\d\d[a-z]?\b", row[1])}
+
+
+def missing_from_plans(guide: str, notebooks: list[Path]) -> list[str]:
+    planned = planned_notebooks(guide)
+    return [p.name for p in notebooks if _number(p) not in planned]
+
+
+def test_the_plans_together_cover_every_notebook():
+    assert missing_from_plans(GUIDE.read_text(), NOTEBOOKS) == []
+
+
+def test_a_plan_that_stops_before_a_notebook_is_caught():
+    guide = GUIDE.read_text()
+    without_16 = "\n".join(line for line in guide.splitlines() if not re.match(r"\| [\d–]+ \| 16 \|", line))
+    assert "16_diagnose.ipynb" in missing_from_plans(without_16, NOTEBOOKS)
+
+
+def run_time_problems(guide: str, notebooks: list[Path]) -> list[str]:
+    """Plan rows whose "Run All (quick)" cell differs from the notebook's measured quick run time."""
+    measured = {_number(p): json.loads(p.read_text())["metadata"]["dataloader_lab"]["run_time_s"]["quick"]
+                for p in notebooks}
+    out = []
+    for row in plan_rows(guide):
+        if row[1] in measured:
+            want = f"{measured[row[1]]:.0f} s"
+            if row[2] != want:
+                out.append(f"plan row {row[0]} · {row[1]}: Run All {row[2]!r}, measured {want!r} "
+                           "(scripts/run_times.py): update the plan")
+    return out
+
+
+def test_the_plans_cite_the_measured_run_times():
+    guide = GUIDE.read_text()
+    assert sum(row[1] in {_number(p) for p in NOTEBOOKS} for row in plan_rows(guide)) >= 25
+    assert run_time_problems(guide, NOTEBOOKS) == []
+    stale = guide.replace("| 16 | 33 s |", "| 16 | 30 s |")
+    assert any("16: Run All '30 s', measured '33 s'" in p for p in run_time_problems(stale, NOTEBOOKS))
+
+
+# -- instructor notes ------------------------------------------------------------------------------
+def note(path: Path) -> str:
+    cells = [c for c in json.loads(path.read_text())["cells"]
+             if "".join(c["source"]).startswith(slides.NOTES_MARK)]
+    assert len(cells) == 1, f"{path.name}: one instructor's note"
+    return "".join(cells[0]["source"])
+
+
+def longest_shared_words(a: str, b: str) -> tuple[int, str]:
+    """The longest run of words two texts share: (its length, the words)."""
+    x, y = a.split(), b.split()
+    best, end = 0, 0
+    previous = [0] * (len(y) + 1)
+    for i in range(1, len(x) + 1):
+        current = [0] * (len(y) + 1)
+        for j in range(1, len(y) + 1):
+            if x[i - 1] == y[j - 1]:
+                current[j] = previous[j - 1] + 1
+                if current[j] > best:
+                    best, end = current[j], i
+        previous = current
+    return best, " ".join(x[end - best:end])
+
+
+def test_no_two_instructor_notes_share_more_than_a_short_phrase():
+    notes = {p.stem: note(p) for p in NOTEBOOKS}
+    names = sorted(notes)
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            n, words = longest_shared_words(notes[a], notes[b])
+            assert n <= SHARED_WORDS, f"{a} and {b} share {n} words: {words!r}"
+
+
+def test_the_shared_phrase_check_catches_a_boilerplate_sentence():
+    boilerplate = "restart the kernel and Run All before class, select this title cell, press the deck button"
+    n, words = longest_shared_words(f"One note. {boilerplate}.", f"Another note: {boilerplate}!")
+    assert n > SHARED_WORDS and "select this title cell" in words
+
+
+def question_pattern(source: str) -> re.Pattern | None:
+    """The question of the notebook's main prediction (``guess = helpers.Prediction(key, question,
+    ...)``) as a pattern: its literal text, with any value an f-string fills in matching anything."""
+    for node in ast.walk(ast.parse(source)):
+        call = getattr(node, "value", None)
+        if (isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["guess"]
+                and isinstance(call, ast.Call) and getattr(call.func, "attr", "") == "Prediction"):
+            question = node.value.args[1]
+            parts = question.values if isinstance(question, ast.JoinedStr) else [question]
+            text = "".join(re.escape(p.value) if isinstance(p, ast.Constant) else "(.+?)" for p in parts)
+            return re.compile(re.sub(r"(\\ )+", r"\\s+", text))
+    return None
+
+
+def _code(path: Path) -> str:
+    cells = json.loads(path.read_text())["cells"]
+    return "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+
+
+def _headings(path: Path) -> list[str]:
+    cells = json.loads(path.read_text())["cells"]
+    return [line[3:].strip() for c in cells if c["cell_type"] == "markdown"
+            for line in "".join(c["source"]).splitlines() if line.startswith("## ")]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_each_note_names_its_prediction_what_to_show_and_its_run_time(path):
+    text = " ".join(note(path).split())
+    pattern = question_pattern(_code(path))
+    if "helpers.Prediction(" in _code(path):
+        assert pattern is not None, "the main prediction is guess = helpers.Prediction(key, question, ...)"
+        assert pattern.search(text), f"the note quotes the vote's question: {pattern.pattern!r}"
+    figures = [f for f in re.findall(r"images/[\w.-]+\.png", text) if (ROOT / f).is_file()]
+    slides_named = [h for h in _headings(path) if f"*{h}*" in text]
+    assert figures or slides_named, "the note names the figure (images/…) or the slide (*heading*) to show"
+    times = json.loads(path.read_text())["metadata"]["dataloader_lab"]["run_time_s"]
+    for mode in ("quick", "full"):
+        assert run_times.format_s(times[mode]) in text, \
+            f"the note states the measured {mode} run time, {run_times.format_s(times[mode])} (update it)"
+
+
+def test_the_question_pattern_reads_f_strings():
+    source = 'guess = helpers.Prediction("k", f"With {N} workers: how long per batch?", {"1": 1})'
+    pattern = question_pattern(source)
+    assert pattern.search("the vote: With 4 workers: how long per batch? expect 1")
+    assert not pattern.search("How long per batch?")
+    assert question_pattern("x = 1") is None
+
+
+# -- the overview deck -----------------------------------------------------------------------------
+def test_the_overview_runs_nothing_and_carries_the_current_figures():
+    nb = json.loads(OVERVIEW.read_text())
+    assert {c["cell_type"] for c in nb["cells"]} == {"markdown"}
+    assert slides.figure_problems(OVERVIEW, ROOT / "images") == []
+    shown = {name for c in nb["cells"] for name, _, _ in slides.FIGURE.findall("".join(c["source"]))}
+    assert len(shown) >= 10 and all((ROOT / "images" / name).is_file() for name in shown)
+    assert OVERVIEW in slides.notebooks(), "the slide rule (and its --check) covers the overview"
+    assert "notebooks/overview.ipynb" in (ROOT / "README.md").read_text()
+
+
+def test_a_stale_or_missing_overview_figure_is_caught(tmp_path):
+    images = tmp_path / "images"
+    images.mkdir()
+    png = (ROOT / "images" / "resume.png").read_bytes()
+    (images / "resume.png").write_bytes(png)
+    cell = {"cell_type": "markdown", "metadata": {},
+            "source": ['## A slide\n', '<img src="attachment:resume.png" alt="resume" width="0">\n']}
+    nb = {"cells": [cell]}
+    assert slides.apply_figures(nb, images)
+    path = tmp_path / slides.OVERVIEW
+    path.write_text(json.dumps(nb))
+    assert slides.figure_problems(path, images) == []
+    assert f'width="{slides.figure_width(images / "resume.png")}"' in "".join(nb["cells"][0]["source"])
+    (images / "resume.png").write_bytes(png[:-8] + b"changed!")  # a regenerated figure
+    assert "differ from images/" in slides.figure_problems(path, images)[0]
+    (images / "resume.png").unlink()
+    assert any("does not exist" in p for p in slides.figure_problems(path, images))
+    nb["cells"].append({"cell_type": "code", "metadata": {}, "source": ["1"], "outputs": [],
+                        "execution_count": None})
+    path.write_text(json.dumps(nb))
+    assert any("runs nothing" in p for p in slides.figure_problems(path, images))
+
+
+def test_a_figure_fits_a_slide():
+    for name in ("device_prefetch_gpu.png", "blog_timeline_0_vs_2_workers.png", "diagnose_mysteries.png"):
+        png = ROOT / "images" / name
+        width, height = (int.from_bytes(png.read_bytes()[i:i + 4], "big") for i in (16, 20))
+        shown = slides.figure_width(png)
+        assert shown <= slides.FIGURE_MAX_WIDTH and shown * height / width <= slides.FIGURE_MAX_HEIGHT + 1
+
+
+def _table_rows(text: str) -> list[str]:
+    return [line for line in text.splitlines()
+            if line.startswith("| ") and not line.startswith("| What you see")]
+
+
+def test_the_overview_decision_table_is_00b_s():
+    def table(path: Path) -> list[str]:
+        cells = json.loads(path.read_text())["cells"]
+        sources = ["".join(c["source"]) for c in cells if c["cell_type"] == "markdown"]
+        return [row for source in sources if "| What you see |" in source for row in _table_rows(source)]
+
+    way_in = table(ROOT / "notebooks" / "00b_my_gpu_is_idle.ipynb")
+    assert len(way_in) >= 10 and table(OVERVIEW) == way_in
