@@ -20,11 +20,14 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --no-compile -e '.[test]'
 	touch $(STAMP)
 
-# QUICK=1 opens the lab with the smoke sizes (a class's time budget); START_METHOD=spawn (or
-# fork, forkserver) sets the workers' start method for every notebook.
+# The lab's root is the repository, so that the notebooks' markdown figures (../images/...) load
+# (JupyterLab serves nothing above its root); it opens notebook 00. QUICK=1 opens the lab with the
+# smoke sizes (a class's time budget); START_METHOD=spawn (or fork, forkserver) sets the workers'
+# start method for every notebook.
 lab: $(STAMP)
 	DLLAB_SMOKE=$(QUICK) DLLAB_START_METHOD=$(START_METHOD) \
-	  $(BIN)/jupyter lab --ip=127.0.0.1 --notebook-dir=notebooks $(ROOT_FLAG)
+	  $(BIN)/jupyter lab --ip=127.0.0.1 --notebook-dir=. $(ROOT_FLAG) \
+	  --ServerApp.default_url=/lab/tree/notebooks/00_setup_check.ipynb
 
 # The same tests as `unit notebooks browser`, grouped by what may share the cores: everything that
 # compares no timings (unit tests and the untimed notebooks) in one run, two at a time; then the tests
