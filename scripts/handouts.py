@@ -143,6 +143,7 @@ def execute(path: Path, quick: bool, timeout: int = CELL_TIMEOUT_S) -> tuple[obj
     try:
         client.execute()
     except Exception as error:  # noqa: BLE001 — every page gets built; the error is on it
+        client.set_widgets_metadata()  # nbclient saves the widgets' state only after a full run
         stop = _stop_from(error, running[0])
         cell = running[0]
         if cell is not None and not isinstance(error, CellExecutionError):  # its error shows in the cell

@@ -131,6 +131,7 @@ def test_a_failed_lesson_check_or_a_crash_costs_no_page_and_the_build_fails_nami
     source.mkdir()
     _notebook(source / "01_passes.ipynb", "print('all good')")
     _notebook(source / "02_check_fails.ipynb", "print('before the check')",
+              "import ipywidgets\nipywidgets.IntSlider(value=7, description='picked')",
               "from helpers.classroom.checks import Check, show_checks\n"
               "show_checks([Check('workers run ahead', '0 batches ahead', False),\n"
               "             Check('it runs', 'yes', True)])",
@@ -149,6 +150,8 @@ def test_a_failed_lesson_check_or_a_crash_costs_no_page_and_the_build_fails_nami
     assert "A lesson check failed on this run" in banner and "workers run ahead (measured: 0 batches ahead)" \
         in banner and "1 of 2 lesson checks failed" in banner and "show_checks" in banner
     assert "LessonCheckFailed" in page[page.index("before the check"):], "the cell shows its error"
+    assert "application/vnd.jupyter.widget-state+json" in page and '"description": "picked"' in page, \
+        "the widgets shown before the failure keep their state"
     assert "after the check" not in page, "the cells after it did not run"
     page = crashed.read_text()
     assert page.index("the kernel died") < page.index("started") and "_exit" in page
