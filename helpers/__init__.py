@@ -70,6 +70,7 @@ from .data.failures import (
     shm_used_bytes,
     torch_segments,
 )
+from .data.mainproc import HandOverDataset, ThreadedBatches
 from .data.mysteries import SlowCollate, mystery_loader
 from .data.prefetch import BatchTransform, DevicePrefetcher, SerialisedDevicePrefetcher, ThreadPrefetcher
 from .data.remote import (
@@ -110,7 +111,7 @@ from .data.workers import (
     process_memory,
     worker_memory,
 )
-from .models import ForumMLP, ModelledStep, TrainStep, TutorialNet
+from .models import ForumMLP, HostDeviceStep, ModelledStep, TrainStep, TutorialNet
 from .system import (
     accelerator_name,
     describe_machine,
@@ -246,7 +247,8 @@ __all__ = [
     "DistRun", "SetEpochSampler", "RankRecord", "SlowIds", "SyncStep", "launch",
     "SET_VITAL_FILTER", "IdDataset", "ResumeResult", "kill_and_resume", "set_vital_warning",
     "stateful_loader",
-    "ForumMLP", "ModelledStep", "TrainStep", "TutorialNet",
+    "ForumMLP", "HostDeviceStep", "ModelledStep", "TrainStep", "TutorialNet",
+    "HandOverDataset", "ThreadedBatches",
     "Prediction", "BatchTransform", "DevicePrefetcher", "SerialisedDevicePrefetcher", "ThreadPrefetcher",
     "batch_nbytes", "copy_bandwidth", "nonblocking_readback_trap", "pin_memory_warning",
     "pinned_budget_bytes", "to_device",

@@ -115,3 +115,47 @@ class TrainStep:
     def losses(self) -> list[float]:
         """Every step's loss as Python floats (one device sync at most)."""
         return [float(v) for v in self._losses]
+
+
+def _hold_cpu(cpu_s: float) -> None:
+    """Spin in Python (holding the GIL) until this thread has used ``cpu_s`` of CPU time."""
+    end = time.thread_time() + cpu_s
+    while time.thread_time() < end:
+        pass
+
+
+class HostDeviceStep:
+    """A step in two parts, the way a GPU step uses the host: a **host part** (``host_s`` of CPU work
+    in the loop's thread, holding the GIL: launching the kernels) queues a **device part**
+    (``device_s`` that runs without the host, after the device's earlier work). A sync — reading
+    ``loss.item()``, every ``sync_every`` steps — makes the host wait, without the GIL, until the
+    device has run everything queued. With ``sync_every=1`` nothing the host does next overlaps the
+    device; with a larger one the host launches step s+1 (and receives its batch) while the device
+    runs step s. ``sync_every=0``: never sync (the device's queue is unbounded). Picklable.
+    """
+
+    def __init__(self, host_s: float, device_s: float, sync_every: int = 1):
+        if host_s < 0 or device_s < 0:
+            raise ValueError(f"host_s and device_s must be >= 0 seconds, got {host_s}, {device_s}")
+        if not isinstance(sync_every, int) or sync_every < 0:
+            raise ValueError(f"sync_every must be an integer >= 0, got {sync_every!r}")
+        self.host_s, self.device_s, self.sync_every = host_s, device_s, sync_every
+        self._device_free = 0.0  # when the device will have run everything queued (perf_counter)
+        self._steps = 0
+
+    def __call__(self, batch: Any) -> None:
+        _hold_cpu(self.host_s)  # the launches
+        now = time.perf_counter()
+        self._device_free = max(self._device_free, now) + self.device_s
+        self._steps += 1
+        if self.sync_every and self._steps % self.sync_every == 0:
+            self.sync()
+
+    def sync(self) -> None:
+        """Wait (sleeping: no GIL) until the device has run every queued step: ``loss.item()``."""
+        left = self._device_free - time.perf_counter()
+        if left > 0:
+            time.sleep(left)
+
+    def __repr__(self) -> str:
+        return f"HostDeviceStep(host_s={self.host_s}, device_s={self.device_s}, sync_every={self.sync_every})"

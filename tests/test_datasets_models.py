@@ -98,3 +98,40 @@ def test_train_step_lowers_the_loss():
         step((x, y))
     losses = step.losses()
     assert len(losses) == 30 and losses[-1] < losses[0]
+
+
+@pytest.mark.untimed
+def test_hand_over_batches_are_many_tensors_or_one_and_load_under_spawn():
+    many = helpers.HandOverDataset(2, 4, 8)[0]
+    one = helpers.HandOverDataset(2, 4, 8, stacked=True, dtype=torch.uint8)[1]
+    assert len(many[0]) == 4 and len({t.untyped_storage().data_ptr() for t in many[0]}) == 4
+    assert one[0].shape == (4, 8) and one[0].dtype == torch.uint8 and one[1].shape == (4,)
+    with pytest.raises(IndexError):
+        helpers.HandOverDataset(2, 4, 8)[2]
+    loader = make_loader(helpers.HandOverDataset(2, 4, 8), batch_size=None, num_workers=1,
+                         start_method="spawn")
+    assert [len(samples) for samples, _ in loader] == [4, 4]
+
+
+def test_threaded_batches_come_from_threads_in_order():
+    dataset = helpers.ThreadedBatches(6, 4, 8, threads=3, wait_s=0.02)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=None)
+    start = time.perf_counter()
+    batches = list(loader)
+    assert len(batches) == 6 and batches[0][0].shape == (4, 8)
+    assert time.perf_counter() - start < 6 * 0.02  # three threads wait side by side
+
+
+def test_host_device_step_overlaps_only_when_the_loss_is_read_rarely():
+    every = helpers.HostDeviceStep(0.002, 0.01, sync_every=1)
+    rarely = helpers.HostDeviceStep(0.002, 0.01, sync_every=5)
+    for step in (every, rarely):
+        start = time.perf_counter()
+        for _ in range(5):
+            step(None)
+            time.sleep(0.008)  # the main process's own work between steps, overlappable
+        step.elapsed = time.perf_counter() - start
+    assert every.elapsed >= 5 * (0.002 + 0.01 + 0.008)
+    assert rarely.elapsed < every.elapsed - 0.02
+    with pytest.raises(ValueError):
+        helpers.HostDeviceStep(-1, 0)

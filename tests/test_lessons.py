@@ -1830,3 +1830,45 @@ def test_notebook_11_shows_its_decision_guide_as_committed():
     gains = {k: 1.0 for k in ("+ workers, prefetch 2", "+ persistent_workers", "+ __getitems__",
                               "+ device prefetcher")}
     assert shown == [row[:2] for row in capstone.decision_guide(gains, 0.9, False)]
+
+
+# -- 19 · when the main process is the limit -------------------------------------------------------
+def main_process_case(**change):
+    from helpers.lessons import main_process
+
+    y, device, m_many, m_one = 0.02, 0.014, 0.01, 0.002
+    n = 2.4 * (y + m_many)
+    predicted = main_process.predicted_sweep(n, y, m_many, [1, 2, 4, 5])
+    expected = main_process.expected_lifts(y, device, m_many, m_one)
+    values = {"m": {"many tensors": m_many, "one stacked tensor": m_one}, "m_noise_s": 0.0005,
+              "sweep": dict(predicted), "predicted": predicted, "top_wait_share": 0.02,
+              "lifts": {**expected, "threads, GIL held": 0.04}, "expected": expected,
+              "step_noise_s": 0.001, "gil_work_s": 0.03, "gil_held_s": 0.035}
+    for key, value in change.items():
+        values[key] = {**values[key], **value} if isinstance(value, dict) else value
+    return main_process.checks(**values)
+
+
+def test_main_process_checks_pass_when_the_lesson_holds():
+    checks = main_process_case()
+    assert len(checks) == 8 and failing(checks) == [] and not [c for c in checks if c.passed is None]
+
+
+def test_main_process_checks_fail_when_the_lesson_is_false():
+    from helpers.lessons import main_process
+
+    assert main_process.h100_model()["share_of_bound"] == pytest.approx(0.37, abs=0.005)
+    # many tensors cost no more than one
+    assert len(failing(main_process_case(m={"many tensors": 0.002}))) == 1
+    # more workers kept helping: 4 workers at n/4, well under the floor; the one-worker run off the model
+    assert len(failing(main_process_case(sweep={5: 0.018, 1: 0.04}))) == 3
+    # no lift: stacking and reading the loss rarely change nothing; threads as slow as the baseline;
+    # GIL-holding threads faster than their own work
+    slow = {"one stacked tensor": 0.03, "loss every 8 steps": 0.03, "threads, GIL released": 0.03}
+    assert len(failing(main_process_case(lifts=slow, gil_held_s=0.01))) == 4
+
+
+def test_main_process_checks_report_starved_workers_as_a_premise():
+    checks = main_process_case(top_wait_share=0.4, sweep={5: 0.05}, cores=1.0)
+    untested = [c for c in checks if c.passed is None]
+    assert len(untested) == 1 and "waited for data 40%" in untested[0].premise
