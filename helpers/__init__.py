@@ -32,6 +32,17 @@ from .classroom.predict import Prediction
 from .classroom.setup_check import checks_html, run_setup_checks
 from .config import available_cores, cache_dir, is_smoke, results_dir, seconds, sized, start_method
 from .cores import cpu_limits, effective_cores
+from .data.bugs.compiled import CompiledStep, Features, PadToBatch, compile_backend, compiled_run
+from .data.bugs.randomness import (
+    EpochCountingSampler,
+    GlobalDraws,
+    InitGeneratorDraws,
+    KeepBatches,
+    PerSampleDraws,
+    draws_of,
+    reseed_from_worker,
+)
+from .data.bugs.streams import ShardedStream, UnshardedStream, shard_tails, stream_run
 from .data.copy_on_read import (
     STORAGES,
     MemoryRun,
@@ -169,6 +180,10 @@ _LAZY = {
     "plot_ranks": "plots",
     "show_image": "plots",
     "plot_diagnosis": "plots",
+    "plot_draws": "plots",
+    "plot_stream_ids": "plots",
+    "plot_batch_sizes": "plots",
+    "plot_step_times": "plots",
     "JpegDataset": "data.images",
     "cost_per_image": "data.images",
     "deprecation_notice": "data.images",
@@ -187,6 +202,7 @@ _LAZY = {
     "ResumeExplorer": "explorers",
     "DiagnoseExplorer": "explorers",
     "DistExplorer": "explorers",
+    "RandomnessExplorer": "explorers",
 }
 
 
@@ -245,6 +261,9 @@ __all__ = [
     "Diagnosis", "Recommendation", "SlowCollate", "diagnose", "mystery_loader", "profile",
     "profiler_agreement",
     "DistRun", "SetEpochSampler", "RankRecord", "SlowIds", "SyncStep", "launch",
+    "CompiledStep", "EpochCountingSampler", "Features", "GlobalDraws", "InitGeneratorDraws", "KeepBatches",
+    "PadToBatch", "PerSampleDraws", "ShardedStream", "UnshardedStream", "compile_backend", "compiled_run",
+    "draws_of", "reseed_from_worker", "shard_tails", "stream_run",
     "SET_VITAL_FILTER", "IdDataset", "ResumeResult", "kill_and_resume", "set_vital_warning",
     "stateful_loader",
     "ForumMLP", "HostDeviceStep", "ModelledStep", "TrainStep", "TutorialNet",

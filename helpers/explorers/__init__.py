@@ -15,9 +15,10 @@ from .diagnose import DiagnoseExplorer
 from .distributed import DistExplorer
 from .images import ImageExplorer
 from .memory import MemoryExplorer
+from .randomness import RandomnessExplorer
 from .remote import RemoteExplorer
 from .resume import ResumeExplorer
 from .timeline import SLOW_FACTOR, ExplorerSettings, TimelineExplorer
 
 __all__ = ["SLOW_FACTOR", "DiagnoseExplorer", "DistExplorer", "Explorer", "ExplorerSettings", "ImageExplorer",
-           "MemoryExplorer", "RemoteExplorer", "ResumeExplorer", "TimelineExplorer"]
+           "MemoryExplorer", "RandomnessExplorer", "RemoteExplorer", "ResumeExplorer", "TimelineExplorer"]

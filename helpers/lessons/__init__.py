@@ -13,6 +13,7 @@ May import: ``helpers.config``, ``helpers.cores``, ``helpers.system``, ``helpers
 from . import (
     baseline,
     batched,
+    bugs,
     capstone,
     copy_on_read,
     device_prefetch,
@@ -36,6 +37,7 @@ from . import (
 __all__ = [
     "baseline",
     "batched",
+    "bugs",
     "capstone",
     "copy_on_read",
     "device_prefetch",

@@ -2,7 +2,7 @@
 
 ``timeline`` (timelines and the colours every figure shares), ``model`` (the models beside the
 measurements), ``remote`` (notebook 13), ``runs`` (notebooks 12, 14, 15, 17), ``diagnosis``
-(:func:`plot_diagnosis`, which ``Diagnosis.plot`` calls).
+(:func:`plot_diagnosis`, which ``Diagnosis.plot`` calls), ``bugs`` (notebook 18).
 
 May import: helpers.config, helpers.timing, helpers.data (and matplotlib). Imported lazily by
 :mod:`helpers` (a DataLoader worker never pays for matplotlib).
@@ -10,6 +10,7 @@ May import: helpers.config, helpers.timing, helpers.data (and matplotlib). Impor
 
 from __future__ import annotations
 
+from .bugs import plot_batch_sizes, plot_draws, plot_step_times, plot_stream_ids
 from .diagnosis import plot_diagnosis
 from .model import (
     plot_bandwidth,
@@ -27,5 +28,6 @@ __all__ = [
     "COLORS", "plot_timeline", "plot_timelines", "summary_line", "plot_bandwidth", "plot_intervals",
     "plot_ratios", "plot_speedup_curves", "plot_step_time_model", "show_reference_figure",
     "plot_concurrency", "plot_object_timings", "plot_requests", "plot_image_rates", "plot_ranks",
-    "plot_resume", "plot_worker_memory", "show_image", "plot_diagnosis",
+    "plot_resume", "plot_worker_memory", "show_image", "plot_diagnosis", "plot_batch_sizes", "plot_draws",
+    "plot_step_times", "plot_stream_ids",
 ]

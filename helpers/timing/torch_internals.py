@@ -1,4 +1,4 @@
-"""Every private part of ``torch.utils.data`` the lab touches, in one place, with a self-check.
+"""Every private part of torch the lab touches, in one place, with a self-check.
 
 The instrument (:func:`helpers.record`) needs a few things PyTorch does not expose:
 the fetcher classes whose ``fetch`` it wraps in each worker, the main process's
@@ -7,6 +7,10 @@ shut down a loader's persistent workers. They are private: any torch release may
 move them. The lab pins ``torch==2.14.1`` (``pyproject.toml``), which is what
 protects them; :func:`self_check` fails loudly, naming what moved, if another torch
 is installed. Notebook 00 and a unit test call it.
+
+Notebook 18 also reads what ``torch.compile`` compiled (Dynamo's own record, in ``torch._dynamo``)
+and marks a batch's dimension dynamic: :func:`compile_events`, :func:`reset_compiles`,
+:func:`mark_batch_dynamic` (``torch._dynamo`` is imported only when they are called).
 """
 
 from __future__ import annotations
@@ -147,3 +151,43 @@ def self_check() -> list[InternalCheck]:
         )
     return checks
 
+
+
+# -- torch.compile (notebook 18): what Dynamo compiled, from its own record ------------------------------
+@dataclass(frozen=True)
+class CompileEvent:
+    """One frame Dynamo compiled (a first compile, or a recompile with the guard that failed)."""
+
+    name: str  #: the compiled function's code name
+    recompile_reason: str | None  #: None: a first compile; else why the cached code did not fit
+    seconds: float | None  #: the whole frame's compile time
+
+    @property
+    def recompile(self) -> bool:
+        return self.recompile_reason is not None
+
+
+def compile_events() -> list[CompileEvent]:
+    """Every frame ``torch.compile`` compiled in this process since :func:`reset_compiles`, in order:
+    ``torch._dynamo.utils.get_compilation_metrics()`` (what ``TORCH_LOGS=recompiles`` reports). A
+    backward graph compiled for a frame is part of that frame's compile, not an event of its own."""
+    from torch._dynamo.utils import get_compilation_metrics
+
+    return [CompileEvent(m.co_name, m.recompile_reason, m.entire_frame_compile_time_s)
+            for m in get_compilation_metrics() if m.co_name is not None]
+
+
+def reset_compiles() -> None:
+    """Forget every compiled frame (``torch.compiler.reset()``: caches, automatic-dynamic state) and
+    Dynamo's record of compiles, so that the next compile is counted as a first one."""
+    from torch._dynamo.utils import clear_compilation_metrics
+
+    torch.compiler.reset()
+    clear_compilation_metrics()
+
+
+def mark_batch_dynamic(batch: torch.Tensor) -> torch.Tensor:
+    """Tell ``torch.compile`` that dimension 0 (the batch) of this tensor may change size: the first
+    compile then makes code for any batch size instead of this one (``torch._dynamo.mark_dynamic``)."""
+    torch._dynamo.mark_dynamic(batch, 0)
+    return batch
