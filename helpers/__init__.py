@@ -41,6 +41,7 @@ from .data.bugs.randomness import (
     PerSampleDraws,
     draws_of,
     reseed_from_worker,
+    same_draws,
 )
 from .data.bugs.streams import ShardedStream, UnshardedStream, shard_tails, stream_run
 from .data.copy_on_read import (
@@ -263,7 +264,7 @@ __all__ = [
     "DistRun", "SetEpochSampler", "RankRecord", "SlowIds", "SyncStep", "launch",
     "CompiledStep", "EpochCountingSampler", "Features", "GlobalDraws", "InitGeneratorDraws", "KeepBatches",
     "PadToBatch", "PerSampleDraws", "ShardedStream", "UnshardedStream", "compile_backend", "compiled_run",
-    "draws_of", "reseed_from_worker", "shard_tails", "stream_run",
+    "draws_of", "reseed_from_worker", "same_draws", "shard_tails", "stream_run",
     "SET_VITAL_FILTER", "IdDataset", "ResumeResult", "kill_and_resume", "set_vital_warning",
     "stateful_loader",
     "ForumMLP", "HostDeviceStep", "ModelledStep", "TrainStep", "TutorialNet",

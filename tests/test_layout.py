@@ -289,7 +289,7 @@ def test_every_explorer_shares_the_one_base():
     from helpers.explorers.base import Explorer
 
     names = [n for n in dir(helpers) if n.endswith("Explorer")]
-    assert len(names) == 7
+    assert len(names) == 8
     for name in names:
         cls = getattr(helpers, name)
         assert issubclass(cls, Explorer) and "run" not in vars(cls) and "show" not in vars(cls), name

@@ -1872,3 +1872,186 @@ def test_main_process_checks_report_starved_workers_as_a_premise():
     checks = main_process_case(top_wait_share=0.4, sweep={5: 0.05}, cores=1.0)
     untested = [c for c in checks if c.passed is None]
     assert len(untested) == 1 and "waited for data 40%" in untested[0].premise
+
+
+# -- 18 bugs that don't crash ------------------------------------------------------------------------
+from helpers.lessons import bugs  # noqa: E402
+
+
+def draw_run(value, *, source="numpy", workers=2, epochs=2, persistent=False, reseeded=False, n=8, batch=2):
+    """A DrawRun as a loader of ``n`` samples in batches of ``batch`` delivers it: batch b from worker
+    b % workers (0 workers: the main process), each sample's value ``value(epoch, worker, k, index)``."""
+    from helpers.data.bugs.randomness import Draw, DrawRun
+
+    draws = []
+    for epoch in range(epochs):
+        counts = {}
+        for b in range(n // batch):
+            worker = b % workers if workers else -1
+            for index in range(b * batch, (b + 1) * batch):
+                k = counts.get(worker, 0)
+                counts[worker] = k + 1
+                draws.append(Draw(epoch, worker, k, index, value(epoch, worker, k, index)))
+    return DrawRun(tuple(draws), source, workers, persistent, reseeded, epochs)
+
+
+def randomness_case(**broken):
+    """Runs where the lesson holds: the generators made in __init__ repeat across workers and epochs,
+    the persistent one across workers only, the fixes never."""
+    runs = {
+        "numpy": draw_run(lambda e, w, k, i: k / 100),
+        "torch": draw_run(lambda e, w, k, i: k / 100 + 0.001, source="torch"),
+        "persistent": draw_run(lambda e, w, k, i: e + k / 100, persistent=True),
+        "reseeded": draw_run(lambda e, w, k, i: 10 * e + w + k / 100, reseeded=True),
+        "per sample": draw_run(lambda e, w, k, i: 10 * e + i / 100, source="per sample"),
+        "per sample, 0 workers": draw_run(lambda e, w, k, i: 10 * e + i / 100, source="per sample",
+                                          workers=0),
+    }
+    runs.update(broken)
+    return list(runs.values())
+
+
+def test_bugs_randomness_checks_pass_when_the_lesson_holds():
+    checks = bugs.randomness_checks(randomness_case())
+    assert len(checks) == 7 and all(c.passed for c in checks), [(c.claim, c.measured) for c in checks]
+
+
+def test_bugs_randomness_checks_fail_when_the_lesson_is_false():
+    unique = lambda e, w, k, i: 10 * e + w + k / 100  # noqa: E731  every worker and epoch its own values
+    failed = failing(bugs.randomness_checks(randomness_case(
+        numpy=draw_run(unique),  # workers that differ and epochs that differ
+        torch=draw_run(lambda e, w, k, i: e + w + k / 100, source="torch"),  # workers differ, epochs overlap
+        persistent=draw_run(lambda e, w, k, i: k / 100, persistent=True),  # persistent, yet epochs repeat
+        reseeded=draw_run(lambda e, w, k, i: k / 100, reseeded=True),  # reseeded, yet workers repeat
+        **{"per sample, 0 workers": draw_run(lambda e, w, k, i: i, source="per sample", workers=0)})))
+    assert len(failed) == 7, failed
+    assert any("np.random.default_rng(0)) is copied" in c for c in failed)
+    assert any("starts from that copy (np.random.default_rng(0))" in c for c in failed)
+    assert any("copied into every worker" in c and "torch.Generator" in c for c in failed)
+    assert any(c.startswith("persistent_workers=True") for c in failed)
+    assert any(c.startswith("reseeded in worker_init_fn") for c in failed)
+    assert any(c.startswith("seeded per sample") for c in failed)
+    # a per-sample run that repeats fails as well, even when it matches the 0-worker run
+    same = lambda e, w, k, i: i % 2  # noqa: E731
+    (per_sample,) = [c for c in bugs.randomness_checks(randomness_case(
+        **{"per sample": draw_run(same, source="per sample"),
+           "per sample, 0 workers": draw_run(same, source="per sample", workers=0)}))
+        if c.claim.startswith("seeded per sample")]
+    assert per_sample.passed is False
+
+
+def test_bugs_randomness_checks_say_which_run_is_missing():
+    checks = bugs.randomness_checks([draw_run(lambda e, w, k, i: k, workers=1)])
+    assert [c.passed for c in checks] == [None] * 7
+    uneven = draw_run(lambda e, w, k, i: e + k / 100, persistent=True, n=6)  # worker 0 draws 4, worker 1 2
+    (persistent,) = [c for c in bugs.randomness_checks(randomness_case(persistent=uneven))
+                     if c.claim.startswith("persistent_workers=True")]
+    assert persistent.passed is None and "unequal shares" in persistent.premise
+
+
+def stream_run_of(dataset, *, length=10, workers=2, batch=4, drop_last=False, epochs=1, per_worker=None):
+    """A StreamRun: each worker's ids (``per_worker``: worker -> ids), batched inside that worker,
+    batches handed over in turn as the DataLoader does."""
+    from helpers.data.bugs.streams import StreamBatch, StreamRun
+
+    per_worker = per_worker or {w: list(range(w, length, workers)) for w in range(workers)}
+    batches = []
+    for epoch in range(epochs):
+        queues = {w: [ids[s:s + batch] for s in range(0, len(ids), batch)
+                      if not drop_last or len(ids[s:s + batch]) == batch] for w, ids in per_worker.items()}
+        while any(queues.values()):
+            for w in sorted(queues):
+                if queues[w]:
+                    batches.append(StreamBatch(epoch, w, tuple(queues[w].pop(0))))
+    return StreamRun(tuple(batches), dataset, length, workers, batch, drop_last, epochs)
+
+
+def stream_case(**broken):
+    everything = {0: list(range(10)), 1: list(range(10))}
+    runs = {"unsharded": stream_run_of("UnshardedStream", per_worker=everything),
+            "sharded": stream_run_of("ShardedStream"),
+            "dropped": stream_run_of("ShardedStream", drop_last=True)}
+    runs.update(broken)
+    return list(runs.values())
+
+
+def test_bugs_stream_checks_pass_when_the_lesson_holds():
+    checks = bugs.stream_checks(stream_case())
+    assert len(checks) == 4 and all(c.passed for c in checks), [(c.claim, c.measured) for c in checks]
+    # shards of 5 in batches of 4: each worker's last batch holds 1; drop_last loses 2 (a map-style loader 2)
+    assert helpers.shard_tails(10, 2, 4) == {"shards": [5, 5], "tails": [1, 1], "short_batches": 2,
+                                             "dropped": 2, "map_style_short": 1, "map_style_dropped": 2}
+    # four equal tails: each one counted (the notebook's full size: shards of 26, 26, 25, 25)
+    four = stream_run_of("ShardedStream", length=102, workers=4, batch=16)
+    assert sorted(four.short) == [9, 9, 10, 10]
+    assert all(c.passed for c in bugs.stream_checks(stream_case(sharded=four)) if "inside each" in c.claim)
+
+
+def test_bugs_stream_checks_fail_when_the_lesson_is_false():
+    main_batched = {0: list(range(0, 8)), 1: [8, 9]}  # as if batched in the main process: one short batch
+    failed = failing(bugs.stream_checks(stream_case(
+        unsharded=stream_run_of("UnshardedStream"),  # it sharded after all: each id once
+        sharded=stream_run_of("ShardedStream", per_worker=main_batched),
+        # drop_last that lost nothing: the batches were refilled across the shards' ends
+        dropped=stream_run_of("ShardedStream", drop_last=True,
+                              per_worker={0: list(range(8)), 1: [8, 9, 0, 1]}))))
+    assert any(c.startswith("without sharding") for c in failed)
+    assert any(c.startswith("batches are built inside each worker") for c in failed)
+    assert any(c.startswith("drop_last=True drops each worker's") for c in failed)
+    twice = {0: list(range(10)), 1: [0, 1]}
+    repeated = stream_case(sharded=stream_run_of("ShardedStream", per_worker=twice))
+    (once,) = [c for c in bugs.stream_checks(repeated) if c.claim.startswith("sharded with")]
+    assert once.passed is False
+    assert [c.passed for c in bugs.stream_checks([])] == [None] * 4
+
+
+def compiled_case_run(*, steps, rows, recompiles=0, drop_last=False, padded=False, dynamic=False,
+                      trained=None, length=20, batch=8, epochs=2,
+                      reason="0/0: tensor 'args[0]' size mismatch at index 0. expected 8, actual 4"):
+    from helpers.data.bugs.compiled import CompiledRun
+    from helpers.timing.torch_internals import CompileEvent
+
+    compiles = [CompileEvent("inner", None, 0.5)] + [CompileEvent("inner", reason, 0.3)] * recompiles
+    per_epoch = len(rows) // epochs
+    trained = trained if trained is not None else {i: epochs for i in range(length)}
+    return CompiledRun(tuple(steps), tuple(rows), tuple(i // per_epoch for i in range(len(rows))),
+                       (False,) * len(rows), tuple(compiles), trained, length, batch, drop_last, padded,
+                       dynamic, "eager", epochs)
+
+
+def compiled_case(**broken):
+    rows = [8, 8, 4] * 2
+    fast = [0.5] + [0.001] * 5
+    runs = {"plain": compiled_case_run(steps=[0.5, 0.001, 0.3, 0.001, 0.001, 0.001], rows=rows, recompiles=1),
+            "drop_last": compiled_case_run(steps=[0.5, 0.001, 0.001, 0.001], rows=[8, 8] * 2, drop_last=True,
+                                           trained={i: 2 for i in range(16)}),
+            "padded": compiled_case_run(steps=fast, rows=rows, padded=True),
+            "dynamic": compiled_case_run(steps=fast, rows=rows, dynamic=True)}
+    runs.update(broken)
+    return list(runs.values())
+
+
+def test_bugs_compile_checks_pass_when_the_lesson_holds():
+    checks = bugs.compile_checks(compiled_case(), noise_s=0.0005)
+    assert len(checks) == 6 and all(c.passed for c in checks), [(c.claim, c.measured) for c in checks]
+
+
+def test_bugs_compile_checks_fail_when_the_lesson_is_false():
+    rows = [8, 8, 4] * 2
+    failed = failing(bugs.compile_checks(compiled_case(
+        # a recompile every epoch, and the ragged batch's step no longer than the others
+        plain=compiled_case_run(steps=[0.5, 0.001, 0.001, 0.001, 0.001, 0.001], rows=rows, recompiles=2),
+        padded=compiled_case_run(steps=[0.5] + [0.001] * 5, rows=rows, padded=True, recompiles=1,
+                                 trained={i: 2 for i in range(16)}),  # recompiled, and lost samples
+        dynamic=compiled_case_run(steps=[0.5, 0.001, 0.4, 0.001, 0.001, 0.001], rows=rows, dynamic=True)),
+        noise_s=0.0005))
+    assert any(c.startswith("the ragged last batch makes torch.compile recompile") for c in failed)
+    assert any(c.startswith("on the timeline") for c in failed)
+    assert any(c.startswith("padding: no recompile") for c in failed)
+    assert any(c.startswith("the batch dimension marked dynamic") for c in failed)
+    assert any(c.startswith("padding trains on every sample") for c in failed)
+    (drop,) = [c for c in bugs.compile_checks(compiled_case(
+        drop_last=compiled_case_run(steps=[0.5] * 4, rows=[8, 8] * 2, drop_last=True, recompiles=1)), 0.0005)
+        if c.claim.startswith("drop_last=True")]
+    assert drop.passed is False
+    assert [c.passed for c in bugs.compile_checks([], 0.0)] == [None, None]

@@ -70,7 +70,10 @@ def test_the_patterns_a_learner_copies_are_shown():
     for expected in [("05", "EpochSampler"), ("05", "SharedEpoch"), ("07", "DevicePrefetcher._prepare"),
                      ("07", "DevicePrefetcher._hand_out"), ("08", "BatchedSqliteDataset.__getitems__"),
                      ("13", "S3Dataset.__getitems__"), ("14", "JpegDataset.__getitem__"),
-                     ("14", "JpegDataset.__getitems__"), ("14", "normalize_on_device")]:
+                     ("14", "JpegDataset.__getitems__"), ("14", "normalize_on_device"),
+                     ("18", "reseed_from_worker"), ("18", "PerSampleDraws.__getitem__"),
+                     ("18", "ShardedStream.__iter__"), ("18", "PadToBatch.__call__"),
+                     ("18", "CompiledStep.__call__"), ("18", "mark_batch_dynamic")]:
         assert expected in shown, expected
 
 

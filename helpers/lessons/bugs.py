@@ -112,7 +112,7 @@ def stream_checks(runs: Iterable[StreamRun]) -> list[Check]:
                                      "and on") for c in claims]
     predicted = shard_tails(sharded.length, sharded.num_workers, sharded.batch_size)
     out.append(holds(claims[0], sharded.arrivals() == {1: sharded.length}, sharded.describe()))
-    tails = Counter({t: sharded.epochs for t in predicted["tails"] if t})
+    tails = Counter({t: n * sharded.epochs for t, n in Counter(t for t in predicted["tails"] if t).items()})
     out.append(holds(claims[1], Counter(sharded.short) == tails,
                      f"short batches {sharded.short}; predicted from the shards {predicted['shards']}: "
                      f"{[t for t in predicted['tails'] if t]} per epoch"))

@@ -8,6 +8,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
+from matplotlib.ticker import MaxNLocator
 
 from ..data.bugs.compiled import CompiledRun
 from ..data.bugs.randomness import DrawRun, repeat_flags
@@ -87,6 +88,7 @@ def plot_batch_sizes(runs: dict[str, StreamRun]) -> Figure:
         ax.set_title(f"{name}: {len(run.batches)} batches, {len(run.short)} short, "
                      f"{run.lost_per_epoch} samples lost per epoch", fontsize=10, loc="left")
         ax.set_ylabel("samples")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlim(-0.6, max(len(r.batches) for r in runs.values()) - 0.4)
         workers = sorted({b.worker for b in run.batches})
         ax.legend(handles=[Line2D([], [], color=_WORKER(max(w, 0) % 10), linewidth=6, label=_worker_name(w))
@@ -112,7 +114,10 @@ def plot_step_times(runs: dict[str, CompiledRun]) -> Figure:
                 ax.axvline(i - 0.5, color="0.4", linestyle=":", linewidth=1)
         ax.set_yscale("log")
         ax.set_ylabel("step (ms)")
-        ax.set_title(f"{name}: {run.describe()}", fontsize=10, loc="left")
+        ax.set_title(f"{name}: {len(run.compiles)} compile(s), {len(run.recompiles)} recompile(s); "
+                     f"{run.trained_per_epoch():.0f} of {run.length} samples trained per epoch", fontsize=10,
+                     loc="left")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3, axis="y")
     top = max(max(r.steps_s) for r in runs.values()) * 1e3
     axes[0, 0].set_ylim(top=top * 4)
