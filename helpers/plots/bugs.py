@@ -3,7 +3,6 @@ of the last batches, and each step's time under ``torch.compile``."""
 
 from __future__ import annotations
 
-import matplotlib
 import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure
@@ -15,7 +14,12 @@ from ..data.bugs.randomness import DrawRun, repeat_flags
 from ..data.bugs.streams import StreamRun
 from .timeline import COLORS
 
-_WORKER = matplotlib.colormaps["tab10"]
+#: One colour per worker, told apart with any colour vision (Okabe–Ito's order).
+_WORKERS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000")
+
+
+def _worker_colour(worker: int) -> str:
+    return _WORKERS[max(worker, 0) % len(_WORKERS)]
 
 
 def _worker_name(worker: int) -> str:
@@ -64,7 +68,7 @@ def plot_stream_ids(runs: dict[str, StreamRun]) -> Figure:
                 if b.worker == worker:
                     counts[list(b.ids)] += 1
             for i in np.flatnonzero(counts):
-                ax.barh(row, 1, left=i - 0.5, height=0.75, color=_WORKER(max(worker, 0) % 10),
+                ax.barh(row, 1, left=i - 0.5, height=0.75, color=_worker_colour(worker),
                         alpha=min(1.0, 0.55 + 0.45 * (counts[i] - 1)), linewidth=0)
         ax.set_yticks(range(len(workers)), [_worker_name(w) for w in workers], fontsize=9)
         ax.set_ylim(len(workers) - 0.5, -0.5)
@@ -81,7 +85,7 @@ def plot_batch_sizes(runs: dict[str, StreamRun]) -> Figure:
                              layout="constrained", sharey=True)
     for ax, (name, run) in zip(axes[:, 0], runs.items(), strict=True):
         for i, b in enumerate(run.batches):
-            ax.bar(i, len(b.ids), width=0.8, color=_WORKER(max(b.worker, 0) % 10))
+            ax.bar(i, len(b.ids), width=0.8, color=_worker_colour(b.worker))
             if len(b.ids) < run.batch_size:
                 ax.text(i, len(b.ids), str(len(b.ids)), ha="center", va="bottom", fontsize=9)
         ax.axhline(run.batch_size, color="0.3", linestyle="--", linewidth=1)
@@ -91,7 +95,7 @@ def plot_batch_sizes(runs: dict[str, StreamRun]) -> Figure:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlim(-0.6, max(len(r.batches) for r in runs.values()) - 0.4)
         workers = sorted({b.worker for b in run.batches})
-        ax.legend(handles=[Line2D([], [], color=_WORKER(max(w, 0) % 10), linewidth=6, label=_worker_name(w))
+        ax.legend(handles=[Line2D([], [], color=_worker_colour(w), linewidth=6, label=_worker_name(w))
                            for w in workers], fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     axes[-1, 0].set_xlabel("batch, in the order the loop received it (dashed: batch_size)")
     return fig
