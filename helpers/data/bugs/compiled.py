@@ -83,10 +83,10 @@ class CompiledStep:
                  dynamic_batch: bool = False, seed: int = 0):
         global _current
         if _current is not None:  # keep the previous step's record before it is cleared
-            _current._events = compile_events()
+            _current.kept = compile_events()
         reset_compiles()
         _current = self
-        self._events: list[CompileEvent] | None = None
+        self.kept: list[CompileEvent] | None = None  # its compiles, once a newer step reset the record
         torch.manual_seed(seed)
         self.model = nn.Sequential(nn.Linear(features, hidden), nn.ReLU(), nn.Linear(hidden, classes))
         self.compiled = torch.compile(self.model, backend=backend)
@@ -109,7 +109,7 @@ class CompiledStep:
     @property
     def compiles(self) -> list[CompileEvent]:
         """Every frame Dynamo compiled for this step, in order (first compile, then recompiles)."""
-        return self._events if self._events is not None else compile_events()
+        return self.kept if self.kept is not None else compile_events()
 
     @property
     def recompiles(self) -> list[CompileEvent]:
@@ -139,7 +139,6 @@ class CompiledRun:
     steps_s: tuple[float, ...]  #: each batch's step (the loop's green segment), in order
     rows: tuple[int, ...]  #: each batch's real samples (padding excluded)
     epochs_of: tuple[int, ...]  #: each batch's epoch
-    in_gc: tuple[bool, ...]  #: the step overlapped a garbage-collection pause of the main process
     compiles: tuple[CompileEvent, ...]
     trained: dict[int, int]  #: sample id -> how many times it was trained on
     length: int
@@ -164,11 +163,9 @@ class CompiledRun:
         later = sorted(self.steps_s[1:]) or [self.steps_s[0]]
         return later[len(later) // 2]
 
-    def longest_later(self) -> tuple[int, float]:
-        """(batch, seconds) of the longest step after the first, leaving out steps that a
-        garbage-collection pause overlapped."""
-        candidates = [(i, s) for i, s in enumerate(self.steps_s) if i > 0 and not self.in_gc[i]]
-        return max(candidates, key=lambda c: c[1], default=(0, 0.0))
+    def epoch_end(self, epoch: int = 0) -> int:
+        """The last batch of ``epoch`` (where the ragged batch comes when there is one)."""
+        return max(i for i, e in enumerate(self.epochs_of) if e == epoch)
 
     def trained_per_epoch(self) -> float:
         return sum(self.trained.values()) / self.epochs
@@ -183,10 +180,8 @@ class CompiledRun:
 
 def compiled_run(loader: Any, tl: Timeline, step: CompiledStep) -> CompiledRun:
     """What a recording (:func:`helpers.record`) of ``loader`` with ``step`` measured."""
-    pauses = [(p.start, p.end) for p in tl.pauses]
-    in_gc = tuple(any(s < b.step_end and b.ready < e for s, e in pauses) for b in tl.batches)
     return CompiledRun(
         tuple(b.step_s for b in tl.batches), tuple(len(b.indices or ()) for b in tl.batches),
-        tuple(b.epoch for b in tl.batches), in_gc, tuple(step.compiles), dict(step.trained),
+        tuple(b.epoch for b in tl.batches), tuple(step.compiles), dict(step.trained),
         len(loader.dataset), loader.batch_size, bool(loader.drop_last),
         isinstance(loader.collate_fn, PadToBatch), step.dynamic_batch, step.backend, len(tl.epochs))
