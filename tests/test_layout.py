@@ -48,7 +48,8 @@ ALLOWED = {
     "explorers": {"base", "models", "timing", "data", "plots", "explorers"},
 }
 MAX_LINES = 420
-#: The one module that touches private ``torch.utils.data`` names (with its self_check).
+#: The one module that touches private torch names (``torch.utils.data``'s with its self_check, and
+#: the ``torch._dynamo`` calls of notebook 18).
 TORCH_INTERNALS = "helpers/timing/torch_internals.py"
 
 

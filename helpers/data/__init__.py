@@ -4,7 +4,8 @@
   seen from a worker), ``prefetch`` (device prefetchers), ``transfer`` (pinned-memory experiments),
   ``images`` (JPEG decoding; imports torchvision, so nothing imports it eagerly: spawned workers
   would pay for it), ``copy_on_read/``, ``remote/`` (an S3 store on 127.0.0.1 and ``S3Dataset``),
-  ``distributed/`` (torchrun), ``resume``, ``startup``, ``failures``, ``processes``, ``mysteries``;
+  ``distributed/`` (torchrun), ``resume``, ``startup``, ``failures``, ``processes``, ``mysteries``,
+  ``bugs/`` (notebook 18: random draws in workers, iterable streams, a compiled step);
 - one new lesson's workload goes here, in its own module (its checks go in ``helpers/lessons/``).
 
 May import: ``helpers.config``, ``helpers.cores``, ``helpers.system``, ``helpers.models``,
