@@ -153,7 +153,10 @@ def test_measured_after_the_vote_the_answer_waits_for_the_click_too():
     guess.show_answer()
     shown = on_screen(guess.widget)
     assert "Measured: 0.26 s" in shown and "the closest was “0.25 s”" in shown
-    guess.reveal(0.49)  # measured again: hidden again until the next click
+    seen = []  # what the open section showed while the new measurement came in
+    guess._result.observe(lambda change: seen.append(guess.answer_shown), "value")
+    guess.reveal(0.49)  # measured again: hidden again (before its table is written) until the next click
+    assert seen == [False]
     assert not guess.answer_shown and guess._reveal.titles == (HIDDEN,)
     assert "0.49" not in on_screen(guess.widget)
     with pytest.raises(ValueError, match="finite number"):  # a bad measurement raises (headless too)

@@ -231,18 +231,19 @@ class Prediction:
             raise ValueError(f"pick {label!r} is not one of the choices {list(self.choices)}")
         self._buttons.value = label
 
-    def _compare(self, measured: float | str) -> None:
-        self.answer = compare(self.question, self.choices, measured, self.pick, self.unit)
-        self._measured = measured
-        self._result.value = answer_html(self.answer)
+    def _compare(self, measured: float | str, hide: bool = False) -> None:
+        answer = compare(self.question, self.choices, measured, self.pick, self.unit)  # may raise
+        if hide:  # before the new table is written: a new measurement never flashes on screen
+            self._reveal.selected_index = None
+        self.answer, self._measured = answer, measured
+        self._result.value = answer_html(answer)
 
     def reveal(self, measured: float | str) -> Prediction:
         """Compare the choices with the measurement and put the answer behind the reveal button
         (hidden until it is clicked; a new measurement hides it again). Raises on a measurement
         the choices cannot be compared with; the result is ready for ``save_results`` at once."""
-        self._compare(measured)  # raises before anything changes on screen
+        self._compare(measured, hide=True)
         self.skipped = None
-        self._reveal.selected_index = None
         self._on_open(None)
         self._persist()
         return self
