@@ -182,7 +182,8 @@ def test_presenting_live_with_working_widgets(lab, notebook):
             _space_until(page, f"{ONSCREEN} .dllab-prediction input[type=radio]")
             question = page.locator(f"{ONSCREEN} .dllab-prediction").first
             key, entry = _prediction_shown(lab["results"] / f"{stem}.json", question.inner_text())
-            measured = f"Measured: {_fmt(entry['measured'], entry.get('unit', ''))}"
+            # as the page shows it (HTML collapses a unit's leading space: "1  samples" → "1 samples")
+            measured = " ".join(f"Measured: {_fmt(entry['measured'], entry.get('unit', ''))}".split())
             assert "Measured:" not in page.inner_text(ONSCREEN) and "closest" not in question.inner_text()
             page.screenshot(path=str(ARTIFACTS / f"deck-{stem}-prediction.png"))
             # The room's vote is a click: saved with the result, and the answer stays hidden.
