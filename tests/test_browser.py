@@ -184,14 +184,14 @@ def test_presenting_live_with_working_widgets(lab, notebook):
             key, entry = _prediction_shown(lab["results"] / f"{stem}.json", question.inner_text())
             # as the page shows it (HTML collapses a unit's leading space: "1  samples" → "1 samples")
             measured = " ".join(f"Measured: {_fmt(entry['measured'], entry.get('unit', ''))}".split())
-            assert "Measured:" not in page.inner_text(ONSCREEN) and "closest" not in question.inner_text()
+            assert "Measured:" not in _onscreen_text(page) and "closest" not in question.inner_text()
             page.screenshot(path=str(ARTIFACTS / f"deck-{stem}-prediction.png"))
             # The room's vote is a click: saved with the result, and the answer stays hidden.
             vote = question.locator("input[type=radio]").last
             vote.click()
             label = question.locator(".widget-radio-box label").last.inner_text().strip()
             _wait_for_pick(lab["results"] / f"{stem}.json", key, label)
-            assert "Measured:" not in page.inner_text(ONSCREEN)
+            assert "Measured:" not in _onscreen_text(page)
             # The reveal: a click on the button in the question's own widget shows the answer.
             question.locator(".dllab-reveal .jupyter-widget-Collapse-header").click()
             page.wait_for_function(
@@ -240,6 +240,12 @@ ANSWERS_HIDDEN_JS = """(() => {
   const shown = answers.filter(a => !hidden(a));
   return shown.length ? 'shown: ' + shown.map(a => a.textContent.slice(0, 80)).join(' | ') : 'hidden';
 })()"""
+
+
+def _onscreen_text(page) -> str:
+    """The text of every cell the deck shows now."""
+    return page.evaluate(f"Array.from(document.querySelectorAll('{ONSCREEN}'))"
+                         ".map(e => e.innerText).join('\\n')")
 
 
 def _prediction_shown(path: Path, text: str) -> tuple[str, dict]:
