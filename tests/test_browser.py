@@ -1,7 +1,8 @@
 """What a person sees: JupyterLab in Chromium runs a notebook (01, and 05 from the core
 series), its explorer renders, and moving a slider + Run redraws the timeline; and an
-instructor presents 03 as slides (jupyterlab-slideshow), votes in its prediction widget and
-redraws the explorer's timeline inside the slide (``make browser-decks``: every notebook 01-11).
+instructor presents 03 as slides (jupyterlab-slideshow): after Run All the prediction slide
+shows no measured answer, the room's vote is saved, the reveal button shows the answer, and
+the explorer's timeline redraws inside the slide (``make browser-decks``: every notebook 01-17).
 
 Needs Debian's ``chromium`` (``.ci/run`` installs it) and the ``playwright`` package;
 Playwright drives the system Chromium, it never downloads a browser.
@@ -22,6 +23,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
+from helpers.classroom.predict import _fmt
 
 pytestmark = pytest.mark.browser
 
@@ -90,7 +93,8 @@ def lab(tmp_path_factory):
                 server.kill()
                 pytest.fail(f"JupyterLab did not start: {(base / 'server.log').read_text()}")
             time.sleep(0.5)
-    yield {"url": url, "token": token, "chromium": chromium, "config_dir": config_dir}
+    yield {"url": url, "token": token, "chromium": chromium, "config_dir": config_dir,
+           "results": base / "results"}
     try:
         request = urllib.request.Request(f"{url}/api/shutdown?token={token}", method="POST")
         urllib.request.urlopen(request, timeout=10)
@@ -172,12 +176,34 @@ def test_presenting_live_with_working_widgets(lab, notebook):
             ARTIFACTS.mkdir(exist_ok=True)
             page.screenshot(path=str(ARTIFACTS / f"deck-{stem}-title.png"))
 
-            # Walk forward to the prediction; the room's vote is a click.
+            # After Run All every answer is measured and hidden: each one behind its reveal button.
+            assert page.evaluate(ANSWERS_HIDDEN_JS) == "hidden", page.evaluate(ANSWERS_HIDDEN_JS)
+            # Walk forward to the prediction: no measured answer on the slide.
             _space_until(page, f"{ONSCREEN} .dllab-prediction input[type=radio]")
+            question = page.locator(f"{ONSCREEN} .dllab-prediction").first
+            key, entry = _prediction_shown(lab["results"] / f"{stem}.json", question.inner_text())
+            # as the page shows it (HTML collapses a unit's leading space: "1  samples" → "1 samples")
+            measured = " ".join(f"Measured: {_fmt(entry['measured'], entry.get('unit', ''))}".split())
+            assert "Measured:" not in _onscreen_text(page) and "closest" not in question.inner_text()
             page.screenshot(path=str(ARTIFACTS / f"deck-{stem}-prediction.png"))
-            page.locator(f"{ONSCREEN} .dllab-prediction input[type=radio]").last.click()
-            page.wait_for_function("Array.from(document.querySelectorAll('.dllab-prediction'))"
-                                   ".some(w => w.innerText.includes('your pick'))", timeout=30_000)
+            # The room's vote is a click: saved with the result, and the answer stays hidden.
+            vote = question.locator("input[type=radio]").last
+            vote.click()
+            label = question.locator(".widget-radio-box label").last.inner_text().strip()
+            _wait_for_pick(lab["results"] / f"{stem}.json", key, label)
+            assert "Measured:" not in _onscreen_text(page)
+            # The reveal: a click on the button in the question's own widget shows the answer.
+            question.locator(".dllab-reveal .jupyter-widget-Collapse-header").click()
+            page.wait_for_function(
+                f"Array.from(document.querySelectorAll('{ONSCREEN} .dllab-prediction'))"
+                f".some(w => w.innerText.includes({json.dumps(measured)})"
+                " && w.innerText.includes('your pick'))",
+                timeout=30_000)
+            page.screenshot(path=str(ARTIFACTS / f"deck-{stem}-prediction-revealed.png"))
+            # The cell that called reveal() shows the same button, opened by the same click.
+            _space_until(page, f"{ONSCREEN} .dllab-prediction-answer")
+            assert measured in page.locator(f"{ONSCREEN} .dllab-prediction-answer").first.inner_text()
+            page.screenshot(path=str(ARTIFACTS / f"deck-{stem}-answer.png"))
 
             # On to the explorer's slide: move num_workers, press Run, the figure redraws.
             _space_until(page, f"{ONSCREEN} .widget-hslider .noUi-handle")
@@ -202,6 +228,43 @@ def test_presenting_live_with_working_widgets(lab, notebook):
             raise
         finally:
             browser.close()
+
+
+#: Every measured answer in the page lies in a closed section (hidden, display: none), or why not.
+ANSWERS_HIDDEN_JS = """(() => {
+  const answers = Array.from(document.querySelectorAll('.dllab-answer'));
+  if (!answers.length) return 'no answer in the page';
+  const hidden = a => { for (let e = a; e && !e.classList.contains('dllab-reveal'); e = e.parentElement)
+                          if (getComputedStyle(e).display === 'none') return true;
+                        return false; };
+  const shown = answers.filter(a => !hidden(a));
+  return shown.length ? 'shown: ' + shown.map(a => a.textContent.slice(0, 80)).join(' | ') : 'hidden';
+})()"""
+
+
+def _onscreen_text(page) -> str:
+    """The text of every cell the deck shows now."""
+    return page.evaluate(f"Array.from(document.querySelectorAll('{ONSCREEN}'))"
+                         ".map(e => e.innerText).join('\\n')")
+
+
+def _prediction_shown(path: Path, text: str) -> tuple[str, dict]:
+    """The results file's entry for the prediction whose question the slide shows."""
+    deadline = time.monotonic() + 60
+    while not path.exists() and time.monotonic() < deadline:  # the last cell writes it
+        time.sleep(0.5)
+    results = json.loads(path.read_text())["results"]
+    found = [(k, v) for k, v in results.items() if isinstance(v, dict) and v.get("question")
+             and v["question"] in text and v.get("measured") is not None]
+    assert found, f"no measured prediction in {path.name} asks what the slide shows: {text[:200]!r}"
+    return found[0]
+
+
+def _wait_for_pick(path: Path, key: str, label: str) -> None:
+    deadline = time.monotonic() + 30
+    while json.loads(path.read_text())["results"][key]["pick"] != label:
+        assert time.monotonic() < deadline, f"the vote {label!r} was not saved in {path.name}"
+        time.sleep(0.25)
 
 
 def _open_and_run_all(page, lab, notebook: str) -> None:

@@ -209,7 +209,7 @@ def test_the_size_bound_names_a_long_module(tmp_path):
 # -- private torch names -----------------------------------------------------------------------------
 #: Single-underscore attributes that are not torch internals: the process exit a server's watchdog
 #: calls, IPython's display protocol, the lab's own dataset field.
-NOT_TORCH = {"os._exit", "_repr_html_", "dataset._factor"}
+NOT_TORCH = {"os._exit", "_repr_html_", "_repr_mimebundle_", "dataset._factor"}
 
 
 def private_torch_uses(path: Path) -> list[str]:

@@ -71,6 +71,23 @@ def test_store_stops_and_leaves_no_process_or_port():
 
 
 @pytest.mark.untimed
+def test_the_explorer_starts_a_stopped_store_again():
+    """After Run All the notebook's last cell has stopped its store; the explorer on a slide
+    before it must still run when an instructor presses Run."""
+    from helpers.explorers.remote import RemoteExplorer
+
+    store = helpers.ObjectStore().start()
+    try:
+        explorer = RemoteExplorer(store, samples=16, batch_size=8, step_s=0.0, latency_ms=0, num_workers=0)
+        assert explorer.run() and "started it again" not in explorer.summary.value
+        store.stop()
+        assert explorer.run() and store.alive and "started it again" in explorer.summary.value
+    finally:
+        store.stop()
+    assert not store.alive
+
+
+@pytest.mark.untimed
 def test_store_stops_when_its_block_raises():
     with pytest.raises(ZeroDivisionError), helpers.ObjectStore() as store:
         pid = store.pid

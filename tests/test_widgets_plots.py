@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import math
+import re
+import warnings
+from pathlib import Path
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -11,6 +17,9 @@ import pytest  # noqa: E402
 from conftest import make_loader  # noqa: E402
 
 import helpers  # noqa: E402
+from helpers.explorers.base import Explorer  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
@@ -58,6 +67,78 @@ def test_explorer_labels_are_not_cut():
     explorer = helpers.TimelineExplorer()
     for box in (explorer.cpu_bound, explorer.batched_fetch, explorer.persistent_workers):
         assert box.indent is False and box.style.description_width == "initial"
+
+
+class _Warns(Explorer):
+    """An explorer whose run raises PyTorch's worker-count warning (and a deprecation Python hides)."""
+
+    def __init__(self, warn: bool = True):
+        super().__init__()
+        self.warn = warn
+        self._assemble([], [], width="100px")
+
+    def _run(self):
+        if self.warn:
+            warnings.warn("This DataLoader will create 8 worker processes in total.", UserWarning,
+                          stacklevel=2)
+            warnings.warn("an old API", DeprecationWarning, stacklevel=2)
+        self.runs += 1
+        self.summary.value = f"<p>Run {self.runs}</p>"
+        return self.runs, plt.figure()
+
+
+def test_a_warning_raised_in_a_run_is_collapsed_under_the_figure_not_above_it():
+    explorer = _Warns()
+    with warnings.catch_warnings(record=True) as escaped:
+        warnings.simplefilter("always")
+        explorer.run()
+    assert escaped == [], "nothing is printed into the cell's output above the figure"
+    shown = explorer.warnings.value
+    assert "8 worker processes" in shown and shown.startswith("<details") and "<details open" not in shown
+    assert "an old API" not in shown and "8 worker processes" not in explorer.summary.value
+    parts = list(explorer.widget.children)
+    assert parts.index(explorer.warnings) > parts.index(explorer.output) > parts.index(explorer.summary)
+    explorer.run()  # raised again on the next run: still shown once
+    assert explorer.warnings.value.count("8 worker processes") == 1
+    explorer.warn = False
+    explorer.run()
+    assert explorer.warnings.value == ""
+
+
+def test_pytorch_s_own_warning_in_the_timeline_explorer_is_collapsed_too():
+    import torch
+
+    if torch.accelerator.is_available():
+        pytest.skip("pin_memory warns only where there is no accelerator")
+    explorer = helpers.TimelineExplorer(num_workers=0, item_load_s=0.0, step_s=0.0, items=2, pin_memory=True)
+    explorer.run()
+    assert "pin_memory" in explorer.warnings.value and "pin_memory' argument" not in explorer.summary.value
+
+
+def _explorer_code_problems(stem: str, source: str) -> list[str]:
+    """A duration the code on an explorer's slide does not state in both modes: ``seconds(x)``
+    (the slider shows x × SMOKE_TIME_SCALE in quick mode), or ``sized(full, quick)`` whose quick
+    duration is not the full one scaled like every other duration."""
+    problems = [f"{stem}: {m.group(0)} — write helpers.sized({m.group(1)}, "
+                f"{float(m.group(1)) * helpers.config.SMOKE_TIME_SCALE:g})"
+                for m in re.finditer(r"helpers\.seconds\(([\d.]+)\)", source)]
+    for full, quick in re.findall(r"helpers\.sized\((\d*\.\d+), (\d*\.\d+)\)", source):
+        if not math.isclose(float(quick), float(full) * helpers.config.SMOKE_TIME_SCALE):
+            problems.append(f"{stem}: sized({full}, {quick}) — quick mode scales durations by "
+                            f"{helpers.config.SMOKE_TIME_SCALE}")
+    return problems
+
+
+def test_the_code_on_an_explorer_slide_states_the_values_it_runs_with_in_both_modes():
+    cells = [(path.stem, "".join(cell["source"]))
+             for path in sorted((ROOT / "notebooks").glob("*.ipynb"))
+             for cell in json.loads(path.read_text())["cells"]
+             if cell["cell_type"] == "code" and re.search(r"helpers\.\w+Explorer\(", "".join(cell["source"]))]
+    assert len(cells) >= 17
+    assert [p for stem, source in cells for p in _explorer_code_problems(stem, source)] == []
+    bad = "helpers.TimelineExplorer(item_load_s=helpers.seconds(0.03), step_s=helpers.sized(0.06, 0.06))"
+    assert len(_explorer_code_problems("99", bad)) == 2
+    assert "helpers.sized(0.03, 0.006)" in _explorer_code_problems("99", bad)[0]
 
 
 def test_explorer_button_click_records_a_new_run(small_explorer):

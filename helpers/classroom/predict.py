@@ -2,10 +2,23 @@
 
 Before a notebook's main measurement, :class:`Prediction` shows the question and a few
 choices (radio buttons: in class the room votes, the instructor clicks the majority's
-pick). After the run, :meth:`Prediction.reveal` puts the measured answer beside each
-choice and marks the one the measurement is closest to — in the question's own cell
-(also inside a slide) and in the cell that calls it. :meth:`Prediction.result` is what
-the notebook keeps in ``results/<notebook>.json``, the pick included.
+pick). After the run, :meth:`Prediction.reveal` compares the measurement with each choice
+and puts the answer — the measured value beside each choice, the closest and the pick
+marked — **behind a reveal button**: the header "Show the measured answer" of a collapsed
+section at the foot of the question's own widget. Nothing on screen gives the answer away
+until someone clicks it, whether the measurement ran before the vote (Run All before class)
+or after it; a vote clicked while it is hidden stays hidden, and a new measurement
+(``reveal`` called again) hides the answer again until the next click.
+
+The cell that calls ``reveal`` shows the same button (a second view of the same section:
+a click in either opens both), under the question it answers — so a learner working alone
+clicks it there, and the instructor on the answer's slide. The click happens in the browser
+(the section's header), not in the kernel: it works inside a jupyterlab-slideshow slide, in
+a handout page without a kernel, and needs nothing to run. Read as committed (outputs
+stripped) the notebook still teaches: the reveal cell's code names what is compared, and the
+reading after it gives the answer in words. Run headless (nbmake), ``reveal`` compares at
+once and raises on a bad measurement; :meth:`Prediction.result` (what the notebook keeps in
+``results/<notebook>.json``, the pick included) and the lesson checks need no click.
 
 The logic (:func:`compare`) is a plain function, unit-tested; the widget only shows it.
 Choices are predictions derived from the notebook's settings, never measurements.
@@ -32,8 +45,14 @@ _SAVED_IN: dict[str, Path] = {}
 #: In a jupyterlab-slideshow deck the prompts are hidden, but the output area's (invisible)
 #: prompt overlay still lies over the first 64 px of the output — over the radio buttons — and
 #: takes their clicks (found by the browser test). While presenting, let clicks through it.
+#: The reveal button (a collapsed section's header) is drawn as a button.
 DECK_STYLE = ("<style>body[data-jp-deck-mode='presenting'] .jp-OutputArea-promptOverlay"
-              "{pointer-events:none}</style>")
+              "{pointer-events:none}"
+              ".dllab-reveal .jupyter-widget-Collapse-header{cursor:pointer;font-weight:bold;"
+              "color:#0550ae;background:#eef4fb;border:1px solid #0969da;border-radius:4px}</style>")
+HIDDEN = "Show the measured answer"  #: the reveal button's label while the answer is hidden
+SHOWN = "The measured answer"
+NOT_YET = "The answer: run the measurement first"
 
 
 @dataclass(frozen=True)
@@ -146,7 +165,7 @@ def answer_html(answer: Answer) -> str:
 
 
 class Prediction:
-    """Ask before a measurement; ``reveal(measured)`` after it.
+    """Ask before a measurement; ``reveal(measured)`` after it; the answer shows on a click.
 
     ``choices`` maps each label to the value it predicts (numbers in ``unit``, or names for a
     which-one question). ``key`` names the prediction in the notebook's results.
@@ -162,19 +181,45 @@ class Prediction:
         self.answer: Answer | None = None
         self.skipped: str | None = None
         self._buttons = W.RadioButtons(options=list(self.choices), value=None, layout=W.Layout(width="auto"))
-        self._result = W.HTML("<i>Pick one, then run the measurement below.</i>")
+        self._status = W.HTML("<i>Pick one, then run the measurement below.</i>")
+        self._result = W.HTML("<i>Not measured yet: run the measurement below, then open this again.</i>")
+        # The reveal button: a collapsed section's header. It opens in the browser (no kernel
+        # needed), and the kernel hears of it (selected_index) to relabel it.
+        self._reveal = W.Accordion(children=[self._result], titles=(NOT_YET,), selected_index=None)
+        self._reveal.add_class("dllab-reveal")
         self.widget = W.VBox([W.HTML(f"{DECK_STYLE}<b>Predict:</b> {html.escape(question)}"), self._buttons,
-                              self._result], layout=W.Layout(border="1px solid #d0d7de", padding="6px"))
+                              self._status, self._reveal],
+                             layout=W.Layout(border="1px solid #d0d7de", padding="6px"))
         self.widget.add_class("dllab-prediction")
+        #: What the cell that calls reveal() shows: the question again and the same reveal button.
+        self.answer_view = W.VBox([W.HTML(f"{DECK_STYLE}<b>The answer to:</b> {html.escape(question)}"),
+                                   self._reveal], layout=W.Layout(padding="6px"))
+        self.answer_view.add_class("dllab-prediction-answer")
         self._buttons.observe(self._on_pick, "value")
+        self._reveal.observe(self._on_open, "selected_index")
         self._measured: float | str | None = None
         _LIVE[key] = self  # a re-run of the cell (a fresh vote) replaces the earlier one
 
-    def _on_pick(self, _change) -> None:  # a vote after the run: the table follows the pick
+    def _on_pick(self, _change) -> None:  # a vote after the run: the (hidden or shown) table follows it
         if self.answer is not None:
-            self.reveal(self._measured)
-        else:
-            self._persist()
+            self._compare(self._measured)
+        self._persist()
+
+    def _on_open(self, _change) -> None:
+        if self.answer is not None:
+            self._reveal.set_title(0, SHOWN if self.answer_shown else HIDDEN)
+            self._status.value = ("<i>Measured in this run:</i>" if self.answer_shown else
+                                  f"<i>Measured. Vote, then click “{HIDDEN}”.</i>")
+
+    @property
+    def answer_shown(self) -> bool:
+        """Whether the reveal button has been clicked since the last measurement."""
+        return self._reveal.selected_index == 0
+
+    def show_answer(self) -> Prediction:
+        """What a click on the reveal button does (for code and tests: a room clicks)."""
+        self._reveal.selected_index = 0
+        return self
 
     @property
     def pick(self) -> str | None:
@@ -186,11 +231,20 @@ class Prediction:
             raise ValueError(f"pick {label!r} is not one of the choices {list(self.choices)}")
         self._buttons.value = label
 
+    def _compare(self, measured: float | str, hide: bool = False) -> None:
+        answer = compare(self.question, self.choices, measured, self.pick, self.unit)  # may raise
+        if hide:  # before the new table is written: a new measurement never flashes on screen
+            self._reveal.selected_index = None
+        self.answer, self._measured = answer, measured
+        self._result.value = answer_html(answer)
+
     def reveal(self, measured: float | str) -> Prediction:
-        """Compare the choices with the measurement; show it here and in the question's cell."""
-        self.answer = compare(self.question, self.choices, measured, self.pick, self.unit)
-        self._measured = measured
-        self._result.value = answer_html(self.answer)
+        """Compare the choices with the measurement and put the answer behind the reveal button
+        (hidden until it is clicked; a new measurement hides it again). Raises on a measurement
+        the choices cannot be compared with; the result is ready for ``save_results`` at once."""
+        self._compare(measured, hide=True)
+        self.skipped = None
+        self._on_open(None)
         self._persist()
         return self
 
@@ -210,8 +264,9 @@ class Prediction:
         """The measurement could not be made here (e.g. no /dev/shm): say why instead of an answer."""
         if not reason:
             raise ValueError("say why the measurement was skipped, e.g. skip('no /dev/shm on this system')")
-        self.skipped = reason
-        self._result.value = f"<b>Not measured here:</b> {html.escape(reason)}"
+        self.skipped, self.answer = reason, None
+        self._status.value = self._result.value = f"<b>Not measured here:</b> {html.escape(reason)}"
+        self._reveal.set_title(0, "Not measured here")
         return self
 
     def result(self) -> dict[str, Any]:
@@ -224,15 +279,18 @@ class Prediction:
         raise RuntimeError(f"prediction {self.key!r} was not revealed: call .reveal(measured) after the run "
                            "(or .skip(reason) when it cannot be measured here)")
 
-    def _ipython_display_(self) -> None:
-        from IPython.display import display
-
+    def _repr_mimebundle_(self, **kwargs) -> dict[str, Any]:
+        """The question's cell shows the question; the reveal cell, the answer's view (the same
+        reveal button). Their plain text (what a reader without widgets sees) gives nothing away."""
         if self.answer is None and self.skipped is None:
-            display(self.widget)
-        else:  # the reveal cell: the answer on its own (the question's cell updates too)
-            import ipywidgets as W
-
-            display(W.HTML(self._result.value))
+            view, text = self.widget, f"Predict: {self.question} — {' / '.join(self.choices)}"
+        elif self.skipped is not None:
+            view, text = self.answer_view, f"Not measured here: {self.skipped}"
+        else:
+            view, text = self.answer_view, f"Measured: the answer is behind “{HIDDEN}” in the widget."
+        bundle = view._repr_mimebundle_(**kwargs)
+        bundle["text/plain"] = text
+        return bundle
 
 
 def saved(path: Path, results: dict[str, Any]) -> None:

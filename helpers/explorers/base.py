@@ -1,8 +1,11 @@
-"""The explorers' one base: knobs → Run → a figure and a summary, errors shown one way."""
+"""The explorers' one base: knobs → Run → a figure and a summary, errors shown one way, and
+the warnings a run raised (PyTorch's worker-count or pin_memory warnings) collapsed under the
+figure, so a slide holds its figure."""
 
 from __future__ import annotations
 
 import html
+import warnings
 from typing import Any
 
 import ipywidgets as W
@@ -23,6 +26,24 @@ def _error_html(error: Exception) -> str:
             f"these settings:</b> {html.escape(str(error))}</div>")
 
 
+#: Warnings Python's default filters do not show: recorded ("always", so a warning shows on every
+#: run, not only the first), then left out.
+HIDDEN_BY_DEFAULT = (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning)
+
+
+def warnings_html(caught: list[warnings.WarningMessage]) -> str:
+    """The warnings a run raised, once each, in a collapsed section (empty when none); the
+    kinds Python hides by default (deprecations, imports, resources) stay hidden."""
+    messages = dict.fromkeys(f"{w.category.__name__}: {w.message}" for w in caught
+                             if not issubclass(w.category, HIDDEN_BY_DEFAULT))
+    if not messages:
+        return ""
+    items = "".join(f"<li>{html.escape(m)}</li>" for m in messages)
+    count = f"{len(messages)} warning{'s' if len(messages) > 1 else ''}"
+    return (f"<details class='dllab-warnings'><summary>⚠ {count} during this run (click to read)"
+            f"</summary><ul>{items}</ul></details>")
+
+
 class Explorer:
     """Knobs, a Run button, and what each run measured: a figure and a summary.
 
@@ -33,12 +54,14 @@ class Explorer:
 
     :meth:`show` displays the explorer and runs it once right away (so the output exists
     without a click, and a failure raises in the cell); button runs show errors in the widget
-    instead of raising.
+    instead of raising. Warnings raised during a run are caught (not printed above the figure)
+    and listed in ``warnings``, a collapsed section under the figure.
     """
 
     def __init__(self) -> None:
         self.run_button = W.Button(description="Run", button_style="primary", icon="play")
         self.status, self.summary, self.output = W.HTML(), W.HTML(), W.Output()
+        self.warnings = W.HTML()
         self.runs = 0
         self.run_button.on_click(lambda _button: self.run(raise_errors=False))
 
@@ -48,11 +71,11 @@ class Explorer:
     def _assemble(self, knobs: list[W.Widget], flags: list[W.Widget], *, width: str,
                   under_button: list[W.Widget] = ()) -> None:
         """The layout every explorer shows: the knobs (sliders) on the left; on the right, ``width``
-        wide, the flags, the Run button, ``under_button`` and the status; then the summary and the
-        figure."""
+        wide, the flags, the Run button, ``under_button`` and the status; then the summary, the
+        figure, and under it the run's warnings (collapsed)."""
         right = W.VBox([*flags, W.HBox([self.run_button]), *under_button, self.status],
                        layout=W.Layout(width=width))
-        self.widget = W.VBox([W.HBox([W.VBox(knobs), right]), self.summary, self.output])
+        self.widget = W.VBox([W.HBox([W.VBox(knobs), right]), self.summary, self.output, self.warnings])
 
     def _run(self) -> tuple[Any, Any]:
         raise NotImplementedError
@@ -73,7 +96,12 @@ class Explorer:
         self.run_button.disabled = True
         try:
             self.status.value = f"<i>{self.running}</i>"
-            value, figure = self._run()
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                try:
+                    value, figure = self._run()
+                finally:
+                    self.warnings.value = warnings_html(caught)
             self.status.value = f"<b>run {self.runs} done</b>"
             _show_figure(self.output, figure)
             return value

@@ -17,7 +17,8 @@ class RemoteExplorer(Explorer):
     request and the requests in flight under it.
 
     :meth:`show` runs once right away (a failure raises in the cell); button runs show
-    errors in the widget. ``last_rate`` holds the latest run's samples/s."""
+    errors in the widget. ``last_rate`` holds the latest run's samples/s. A run finding
+    ``store`` stopped (the notebook stops it in its last cell) starts it again."""
 
     def __init__(self, store, *, samples: int = 128, batch_size: int = 16, step_s: float = 0.005,
                  latency_ms: int = 40, bandwidth_mb: int = 0, size_kib: int = 16, num_workers: int = 2,
@@ -53,6 +54,10 @@ class RemoteExplorer(Explorer):
         from ..data.remote.requests import measure_requests, samples_per_s
         from ..plots.remote import plot_requests
 
+        restarted = not self.store.alive  # the notebook's last cell stops it: a run after Run All
+        if restarted:                     # (an instructor presenting) starts it again, empty
+            self.store.start()
+            self._buckets.clear()
         size = self.size_kib.value * 1024
         if size not in self._buckets:
             self._buckets[size] = self.store.make_bucket(f"explore-{self.size_kib.value}k",
@@ -80,5 +85,6 @@ class RemoteExplorer(Explorer):
             f"{' (epoch 1 → 2)' if epochs == 2 else ''}; "
             f"a request took {requests.median_s() * 1e3:.0f} ms "
             f"(median; first byte {requests.median_s('first_byte') * 1e3:.0f} ms); at most "
-            f"{requests.peak_in_flight()} in flight.</p>")
+            f"{requests.peak_in_flight()} in flight."
+            f"{' (The store had been stopped: this run started it again.)' if restarted else ''}</p>")
         return rates, figure

@@ -5,7 +5,6 @@ from __future__ import annotations
 import html
 import math
 import multiprocessing as mp
-import warnings
 from dataclasses import dataclass, field
 
 import ipywidgets as W
@@ -180,24 +179,22 @@ class TimelineExplorer(Explorer):
 
     # -- running (show() and run() are the base's) -----------------------------------------
     def _run(self):
-        settings = self.settings()
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            loader = settings.loader_settings.loader(settings.dataset())
-            expected = math.ceil(settings.items / settings.loader_settings.batch_size) * settings.epochs
-            self.progress.max, self.progress.value = max(expected, 1), 0
-            timeline = record(loader, ModelledStep(settings.step_s), epochs=settings.epochs,
-                              on_batch=self._advance, progress=False)
+        settings = self.settings()  # PyTorch's warnings: caught by the base, collapsed under the figure
+        loader = settings.loader_settings.loader(settings.dataset())
+        expected = math.ceil(settings.items / settings.loader_settings.batch_size) * settings.epochs
+        self.progress.max, self.progress.value = max(expected, 1), 0
+        timeline = record(loader, ModelledStep(settings.step_s), epochs=settings.epochs,
+                          on_batch=self._advance, progress=False)
         self.runs += 1
         self.last_timeline, self.last_settings = timeline, settings
         figure = plot_timeline(timeline).figure
-        self.summary.value = self._summary_html(timeline, settings, caught)
+        self.summary.value = self._summary_html(timeline, settings)
         return timeline, figure
 
     def _advance(self, _batch) -> None:
         self.progress.value += 1
 
-    def _summary_html(self, tl: Timeline, settings: ExplorerSettings, caught) -> str:
+    def _summary_html(self, tl: Timeline, settings: ExplorerSettings) -> str:
         s = tl.summary()
         model = settings.prediction(startup_s=tl.worker_startup_s())
         rows = [
@@ -209,10 +206,6 @@ class TimelineExplorer(Explorer):
             f"<tr><td>{name}</td><td>{measured:.3f}</td><td>{predicted:.3f}</td></tr>"
             for name, measured, predicted in rows
         )
-        # once each: the DataLoader checks its worker count in __init__ and again in every iter()
-        messages = dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, UserWarning))
-        notes = "".join(f"<li>{html.escape(m)}</li>" for m in messages)
-        notes_html = f"<p><b>PyTorch warned:</b></p><ul>{notes}</ul>" if notes else ""
         return (
             f"<p><b>Run {self.runs}:</b> <code>{html.escape(tl.describe())}</code> — "
             f"{s['batches']} batches in {s['wall_s']:.2f} s; "
@@ -220,5 +213,5 @@ class TimelineExplorer(Explorer):
             f"recommends {model['recommended_workers']} worker(s) for these costs "
             "(x = ⌈n / y⌉: the explorer leaves out the hand-over m).</p>"
             "<table><tr><th></th><th>measured</th><th>model</th></tr>"
-            f"{table}</table>{notes_html}"
+            f"{table}</table>"
         )
