@@ -51,6 +51,7 @@ from torch.utils.data import DataLoader  # noqa: E402
 import helpers  # noqa: E402
 from helpers.plots import provenance  # noqa: E402
 from helpers.plots.style import COLORS, TEXT_PT, wrap  # noqa: E402
+from helpers.plots.timeline import timeline_legend  # noqa: E402
 
 OUT = Path(__file__).resolve().parent.parent / "images"
 SCRIPT = "scripts/make_figures.py"
@@ -346,10 +347,11 @@ def diagnose(where: str) -> None:
                              height_ratios=[len(d.timeline.workers) + 1.4 for d in diagnoses.values()])
     for ax, (name, d) in zip(axes, diagnoses.items(), strict=True):
         advice = "; ".join(f"{r.knob} ({r.because})" for r in d.recommendations)
-        helpers.plot_timeline(d.timeline, ax, label_batches=False, legend=name == "A",
+        helpers.plot_timeline(d.timeline, ax, label_batches=False, legend=False,
                               title=f"loader {name}: headspace {d.headspace:.2f}× → {advice}")
         ax.set_xlabel("")
     axes[-1].set_xlabel("time since the recording started (s)")
+    timeline_legend(fig, [d.timeline for d in diagnoses.values()])
     heading = f"helpers.diagnose on three loaders with a planted problem — {where}"
     fig.suptitle(wrap(heading, fig, margin_in=0.4), fontsize=TEXT_PT)
     save(fig, "diagnose_mysteries.png", where)

@@ -81,9 +81,9 @@ def measure_device_prefetch(device, where: str) -> dict:
 
 
 #: Appended to notebook 11 in memory (never on disk) after its own cells: prints what its chart draws.
-_CAPSTONE_DUMP = ('import json\nprint("DLLAB-CAPSTONE " + json.dumps({"ratios": {n: wall["baseline"] / wall[n] '
-                  'for n in names}, "published": dict(published), "batches": len(measured["baseline"].batches), '
-                  '"step": step_text}))')
+_CAPSTONE_DUMP = ('import json\nprint("DLLAB-CAPSTONE " + json.dumps({'
+                  '"ratios": {n: wall["baseline"] / wall[n] for n in names}, "published": dict(published), '
+                  '"batches": len(measured["baseline"].batches), "step": step_text}))')
 
 
 def measure_capstone(device, where: str) -> dict:
@@ -127,8 +127,8 @@ def draw_device_prefetch(data: dict):
 def draw_capstone(data: dict):
     ax = helpers.plot_ratios(data["ratios"], reference=data["published"],
                              xlabel="speedup vs baseline (×); orange: the tutorial's published figure")
-    ax.set_title(wrap(f"{data['batches']} batches per stage; step: {data['step']} ({data['where']})", ax.figure),
-                 fontsize=TEXT_PT, loc="left")
+    title = f"{data['batches']} batches per stage; step: {data['step']} ({data['where']})"
+    ax.set_title(wrap(title, ax.figure), fontsize=TEXT_PT, loc="left")
     return ax.figure
 
 

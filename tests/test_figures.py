@@ -190,7 +190,8 @@ def _allowed_colours() -> set[str]:
 
 
 def _small_timeline():
-    loader = helpers.LoaderSettings(batch_size=2).loader(helpers.WorkDataset(8, item_wait_s=0.002, item_shape=(2,)))
+    dataset = helpers.WorkDataset(8, item_wait_s=0.002, item_shape=(2,))
+    loader = helpers.LoaderSettings(batch_size=2).loader(dataset)
     return helpers.record(loader, helpers.ModelledStep(0.002), device="cpu", progress=False,
                           wrap=lambda it: helpers.BatchTransform(it, helpers.HostTransform(wait_s=0.001)))
 
@@ -203,7 +204,8 @@ def _figures():
     tl = _small_timeline()
     memory = NS(pids=lambda: [1, 2],
                 series=lambda pid: [NS(t=t, uss=pid * t * 2**20, pss=2**21, rss=2**22) for t in (0.0, 0.01)])
-    requests = NS(remote=np.array([[0, t, 0.001 * t, 0.002 * t + 0.001, 0.003 * t + 0.002] for t in range(4)]),
+    lanes = [[0, t, 0.001 * t, 0.002 * t + 0.001, 0.003 * t + 0.002] for t in range(4)]
+    requests = NS(remote=np.array(lanes),
                   in_flight=lambda: (np.array([0, 0.001, 0.01]), np.array([0, 4, 0])))
     parts = NS(samples_per_s=lambda: 50.0, mean_parts=lambda: dict.fromkeys(PART_FIELDS, 0.002))
     resumed = NS(n=16, counts={i: 1 + (i < 4) for i in range(14)}, repeated=4, missing=[14, 15])
@@ -268,7 +270,8 @@ def test_every_plot_fits_a_slide_and_keeps_its_legend_off_the_data(figures):
         assert provenance.fits_slide(*figure.get_size_inches()), name
         for ax in figure.axes:
             legend = ax.get_legend()
-            if legend is None or not ax.has_data() or any(isinstance(a, AxesImage) for a in ax.get_children()):
+            image = any(isinstance(a, AxesImage) for a in ax.get_children())
+            if legend is None or not ax.has_data() or image:
                 continue
             box, area = legend.get_window_extent(), ax.get_window_extent()
             outside = (box.x0 >= area.x1 - 1 or box.x1 <= area.x0 + 1 or box.y0 >= area.y1 - 1
@@ -323,7 +326,7 @@ def test_the_check_names_a_figure_drawn_by_other_code(tmp_path):
 
 
 @pytest.mark.xfail(strict=True, reason="the four GPU figures were measured before figures carried their "
-                   "origin and no GPU was lent to issue 21: run `make figures-gpu` on one, then drop this mark")
+                   "origin, and no GPU was lent to issue 21: `make figures-gpu` on one, then drop this mark")
 def test_the_gpu_figures_come_from_the_current_script():
     assert load_script("make_gpu_figures").check() == []
 
@@ -341,7 +344,8 @@ def test_the_gpu_figures_redraw_from_saved_measurements_without_a_gpu(tmp_path):
         "bandwidth": {"timings": [asdict(CopyTiming(2**k, 5.0, 20.0, 3.0, 0.01, 1e-5)) for k in (16, 20)]},
         "copy_segment": {"runs": {"pin_memory=False": tl, "pin_memory=True": tl}},
         "device_prefetch": {"runs": {"loop copies": tl, "DevicePrefetcher": tl}},
-        "capstone": {"ratios": {"baseline": 1.0, "workers": 3.0}, "published": {"baseline": 1, "workers": 3.5},
+        "capstone": {"ratios": {"baseline": 1.0, "workers": 3.0},
+                     "published": {"baseline": 1, "workers": 3.5},
                      "batches": 8, "step": "the tutorial's model"},
     }
     data = tmp_path / "data"

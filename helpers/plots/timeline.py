@@ -198,7 +198,12 @@ def plot_timelines(
                       label_batches=label_batches, xlim=(0, end), legend=False)
         if i < len(timelines) - 1:
             ax.set_xlabel("")
-    # one legend for every panel, in a column of its own (a panel's legend would stretch it)
-    kinds = set().union(*(_kinds(tl) for tl in timelines))
-    fig.legend(handles=_handles(kinds), loc="outside right upper", frameon=False, fontsize=TEXT_PT)
+    timeline_legend(fig, timelines)
     return fit_text(fig)
+
+
+def timeline_legend(figure: Figure, timelines: Sequence[Timeline]):
+    """One legend for every timeline panel of ``figure``, in a column of its own to the right (a
+    legend beside one short panel would stretch it); it names what any of ``timelines`` drew."""
+    kinds = set().union(*(_kinds(tl) for tl in timelines))
+    return figure.legend(handles=_handles(kinds), loc="outside right upper", frameon=False, fontsize=TEXT_PT)
