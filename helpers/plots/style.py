@@ -3,14 +3,15 @@ text a projected slide can read, titles wrapped before they are cut, legends bes
 
 from __future__ import annotations
 
-import textwrap
 from typing import Any
 
 import matplotlib
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.font_manager import FontProperties
 from matplotlib.patches import Patch
 from matplotlib.text import Text
+from matplotlib.textpath import TextToPath
 
 from .. import palette
 
@@ -18,8 +19,7 @@ from .. import palette
 COLORS = dict(palette.ROLES)
 TEXT_PT = palette.TEXT_PT
 GREYS = palette.GREYS
-#: A DejaVu Sans character's mean width in ems, rounded up: titles wrap before they reach it.
-_CHAR_EM = 0.6
+_TEXT_PATH = TextToPath()
 
 
 def fill(role: str) -> dict[str, Any]:
@@ -52,13 +52,30 @@ def text_pt(figure: Figure) -> float:
     return max(float(TEXT_PT), palette.min_text_pt(figure.get_figwidth()))
 
 
+def text_width_in(text: str, pt: float = TEXT_PT) -> float:
+    """How wide ``text`` (one line) is drawn at ``pt`` points, in inches."""
+    width, _, _ = _TEXT_PATH.get_text_width_height_descent(text, FontProperties(size=pt), ismath=False)
+    return width / 72
+
+
 def wrap(text: str, figure: Figure, *, margin_in: float = 1.4, pt: float | None = None) -> str:
-    """``text`` with each line wrapped to the figure's width less ``margin_in`` (the row labels),
-    so a long title (a diagnosis's recommendations) takes two lines instead of being cut."""
+    """``text`` with each line wrapped (at spaces) to the figure's width less ``margin_in`` (row
+    labels, a legend's column), measured as drawn: a long title (a diagnosis's recommendations)
+    takes two lines instead of being cut or running under a legend."""
     size = pt or text_pt(figure)
-    chars = max(20, int((figure.get_figwidth() - margin_in) * 72 / (size * _CHAR_EM)))
-    return "\n".join(textwrap.fill(line, chars, break_on_hyphens=False) if line else line
-                     for line in text.split("\n"))
+    room = figure.get_figwidth() - margin_in
+    lines = []
+    for paragraph in text.split("\n"):
+        line = ""
+        for word in paragraph.split(" "):
+            candidate = f"{line} {word}" if line else word
+            if line and text_width_in(candidate, size) > room:
+                lines.append(line)
+                line = word
+            else:
+                line = candidate
+        lines.append(line)
+    return "\n".join(lines)
 
 
 def legend_beside(ax: Axes, handles: list | None = None, **kwargs: Any):

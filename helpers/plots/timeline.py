@@ -11,12 +11,13 @@ from matplotlib.figure import Figure
 
 from .. import palette
 from ..timing.timeline import MAIN_PROCESS, Timeline
-from .style import COLORS, TEXT_PT, fill, fit_text, legend_beside, patch, slide_height, wrap
+from .style import COLORS, TEXT_PT, fill, fit_text, legend_beside, patch, slide_height, text_width_in, wrap
 
 _BAR_HEIGHT = 0.7
 _MIN_WIDTH = 0.002   # of the time axis: the narrowest span drawn
 _CHAR_IN = 0.6 * TEXT_PT / 72  # the width of one label character, in inches
 _MARGINS_IN = 3.4  # a timeline figure's width outside its time axis: row labels and legend
+_LEGEND_IN = 2.7  # the legend's column: its longest label, "fetch (dataset + collate)", and a patch
 
 
 def _rows(tl: Timeline) -> list[tuple[str, str, int | None]]:
@@ -169,7 +170,10 @@ def plot_timeline(
     ax.set_xlabel("time since the recording started (s)")
     ax.grid(axis="x", alpha=0.3)
     heading = title if title is not None else tl.describe()
-    ax.set_title(wrap(f"{heading}\n{summary_line(tl)}", ax.figure), fontsize=TEXT_PT, loc="left")
+    # wrapped to the time axis's width: row labels on the left, a legend column on the right
+    labels_in = 0.4 + max(text_width_in(label) for label, _, _ in rows)
+    ax.set_title(wrap(f"{heading}\n{summary_line(tl)}", ax.figure, margin_in=labels_in + _LEGEND_IN),
+                 fontsize=TEXT_PT, loc="left")
     if legend:
         legend_beside(ax, _handles(_kinds(tl)))
     fit_text(ax.figure)
