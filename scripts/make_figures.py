@@ -108,7 +108,7 @@ def main() -> None:
         raise SystemExit(f"unknown figure group(s) {unknown}: choose from {', '.join(groups)}")
     for name in chosen:
         groups[name](where)
-    print("wrote", *sorted(p.name for p in OUT.glob("*.png")), "in", os.path.relpath(OUT))
+    print("wrote", *(f for name in chosen for f in FIGURES[name]), "in", os.path.relpath(OUT))
 
 
 def blog(where: str) -> None:

@@ -43,6 +43,18 @@ def _label_bars(ax: Axes, spans: list[tuple[float, float, str]], y: float, span_
                     color=palette.ink_on(COLORS[role]), clip_on=True)
 
 
+def _separated_bars(ax: Axes, bars: list[tuple[float, float]], y: float, colour: str, span_s: float) -> None:
+    """Bars with a thin paper-coloured edge between neighbours; a bar narrower than twice
+    _MIN_WIDTH of the axis has no edge (it would eat the bar: a GPU copy can last a thousandth of
+    the run, a worker's fetch a thousandth of a long recording) and at least that width."""
+    least = _MIN_WIDTH * span_s
+    narrow = [(start, max(width, least)) for start, width in bars if width < 2 * least]
+    wide = [bar for bar in bars if bar[1] >= 2 * least]
+    half = _BAR_HEIGHT / 2
+    ax.broken_barh(wide, (y - half, _BAR_HEIGHT), facecolor=colour, edgecolor=palette.PAPER, linewidth=0.5)
+    ax.broken_barh(narrow, (y - half, _BAR_HEIGHT), facecolor=colour, edgecolor="none")
+
+
 #: The legend's entries, in order: kind -> label.
 _LEGEND = {"fetch": "fetch (dataset + collate)", "wait": "loop waits for data", "step": "loop steps",
            "startup": "start-up", "gc": "garbage collection", "pin": "pin_memory", "copy": "copy to device",
@@ -123,17 +135,9 @@ def plot_timeline(
         y = y_of[(row, None)]
         mine = [sp for sp in tl.spans if sp.row == row]
         for kind in dict.fromkeys(sp.kind for sp in mine):
-            bars = [(sp.start, sp.end - sp.start) for sp in mine if sp.kind == kind]
-            # A GPU copy can last a thousandth of the run: drawn at its width with a white edge
-            # it would vanish, so spans narrower than _MIN_WIDTH of the axis get that width.
-            narrow = [(start, max(width, _MIN_WIDTH * span_s)) for start, width in bars
-                      if width < 2 * _MIN_WIDTH * span_s]
-            wide = [bar for bar in bars if bar[1] >= 2 * _MIN_WIDTH * span_s]
             role = kind if kind in COLORS else "transform"
-            color = COLORS[role]
-            ax.broken_barh(wide, (y - half, _BAR_HEIGHT), facecolor=color, edgecolor=palette.PAPER,
-                           linewidth=0.5)
-            ax.broken_barh(narrow, (y - half, _BAR_HEIGHT), facecolor=color, edgecolor="none")
+            _separated_bars(ax, [(sp.start, sp.end - sp.start) for sp in mine if sp.kind == kind], y,
+                            COLORS[role], span_s)
         if label_batches:
             _label_bars(ax, [(sp.start, sp.end - sp.start,
                               f"{sp.epoch}.{sp.batch}" if multi_epoch else str(sp.batch))
@@ -152,8 +156,7 @@ def plot_timeline(
         ups = [(e.iter_start, e.worker_ready[worker] - e.iter_start)
                for e in tl.epochs if worker in e.worker_ready]
         ax.broken_barh(ups, (y - half, _BAR_HEIGHT), **fill("startup"))
-        ax.broken_barh([(b.fetch_start, b.fetch_s) for b in mine], (y - half, _BAR_HEIGHT),
-                       facecolor=COLORS["fetch"], edgecolor=palette.PAPER, linewidth=0.5)
+        _separated_bars(ax, [(b.fetch_start, b.fetch_s) for b in mine], y, COLORS["fetch"], span_s)
         if label_batches:
             _label_bars(ax, [(b.fetch_start, b.fetch_s, name(b)) for b in mine], y, span_s, "fetch")
 
