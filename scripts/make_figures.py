@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import re
 import sys
 import warnings
 from pathlib import Path
@@ -345,15 +346,20 @@ def diagnose(where: str) -> None:
         diagnoses[name] = helpers.diagnose(loader, step, steps=steps, progress=False)
     fig, axes = plt.subplots(3, 1, figsize=(12.8, 7.2), layout="constrained",
                              height_ratios=[len(d.timeline.workers) + 1.4 for d in diagnoses.values()])
+    def short(r) -> str:  # the change and the number that triggered it (its first clause), for a slide
+        change = ", ".join(f"{k}={v}" for k, v in (r.change or {}).items()) or r.knob
+        reason = re.split(r"[:;]", r.because)[0]
+        return f"{change} ({reason}{')' * (reason.count('(') - reason.count(')'))})"
+
     for ax, (name, d) in zip(axes, diagnoses.items(), strict=True):
-        advice = "; ".join(f"{r.knob} ({r.because})" for r in d.recommendations)
+        advice = "; ".join(short(r) for r in d.recommendations)
         helpers.plot_timeline(d.timeline, ax, label_batches=False, legend=False,
                               title=f"loader {name}: headspace {d.headspace:.2f}× → {advice}")
         ax.set_xlabel("")
     axes[-1].set_xlabel("time since the recording started (s)")
     timeline_legend(fig, [d.timeline for d in diagnoses.values()])
     heading = f"helpers.diagnose on three loaders with a planted problem — {where}"
-    fig.suptitle(wrap(heading, fig, margin_in=0.4), fontsize=TEXT_PT)
+    fig.suptitle(wrap(heading, fig, margin_in=3.2), x=0.01, ha="left", fontsize=TEXT_PT)  # beside the legend
     save(fig, "diagnose_mysteries.png", where)
     for name, d in diagnoses.items():
         print(name, d.knobs(), f"headspace {d.headspace:.2f}")

@@ -160,12 +160,16 @@ def plot_timeline(
         if label_batches:
             _label_bars(ax, [(b.fetch_start, b.fetch_s, name(b)) for b in mine], y, span_s, "fetch")
 
-    last_label = -math.inf
+    last_label, marks = -math.inf, {}
     for e in tl.epochs[1:]:
         ax.axvline(e.iter_start, color=COLORS["rule"], linestyle="--", linewidth=0.8)
         if e.iter_start - last_label > 0.09 * span_s:  # labels that would overlap are left out
-            ax.text(e.iter_start, len(rows) - 0.45, f" epoch {e.epoch}", fontsize=TEXT_PT, va="bottom")
+            marks[e.iter_start] = f"epoch {e.epoch}"
             last_label = e.iter_start
+    if marks:  # on a top axis of their own: the layout keeps them off the bars and the title
+        top = ax.secondary_xaxis("top")
+        top.set_xticks(list(marks), list(marks.values()))
+        top.tick_params(length=0, pad=2, labelsize=TEXT_PT)
 
     ax.set_yticks(range(len(rows)), [label for label, _, _ in reversed(rows)])
     ax.set_ylim(-0.6, len(rows) - 0.2)
