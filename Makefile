@@ -9,7 +9,7 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 QUICK ?= $(DLLAB_SMOKE)
 START_METHOD ?= $(DLLAB_START_METHOD)
 
-.PHONY: lab test untimed timed unit notebooks browser browser-decks lint stress quota start-methods handouts slides figures figures-gpu benchmark readme strip clean
+.PHONY: lab test untimed timed unit notebooks browser browser-decks lint stress quota start-methods handouts slides figures figures-gpu figures-check benchmark readme strip clean
 
 # (Re)create the environment when it is missing or pyproject.toml changed.
 $(STAMP): pyproject.toml
@@ -100,8 +100,14 @@ figures: $(STAMP)
 	$(BIN)/python scripts/make_figures.py
 
 # The GPU reference figures (needs CUDA; notebooks 06 and 07 show them on CPU-only machines).
+# They save their measurements in images/data/: `make_gpu_figures.py --render` redraws from them.
 figures-gpu: $(STAMP)
 	$(BIN)/python scripts/make_gpu_figures.py
+
+# Whether every figure in images/ was drawn by the scripts as they are now (metadata only, no run).
+figures-check: $(STAMP)
+	$(BIN)/python scripts/make_figures.py --check; cpu=$$?; \
+	  $(BIN)/python scripts/make_gpu_figures.py --check; gpu=$$?; test $$cpu = 0 -a $$gpu = 0
 
 benchmark: $(STAMP)
 	$(BIN)/python benchmarks/overhead.py

@@ -26,13 +26,18 @@
 ``resume``, ``diagnose``, ``distributed``) draws one group only.
 
 The workloads are those of the notebooks, through the same helpers. About 4 minutes on 2 cores
-(mostly waiting).
+(mostly waiting). Every figure is 1280 px wide and at most 16:9 tall, in the lab's palette
+(``helpers.palette``), and carries its origin in its PNG metadata: the group that drew it and a
+digest of that group's code and the palette (``helpers.plots.provenance``).
+``scripts/make_figures.py --check`` reads that metadata only (no run) and exits 1 naming every
+figure drawn by other code, with another palette, or before figures carried their origin.
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import re
 import sys
 import warnings
 from pathlib import Path
@@ -41,14 +46,55 @@ import matplotlib
 
 matplotlib.use("Agg")
 
+import matplotlib.pyplot as plt  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
 import helpers  # noqa: E402
+from helpers.plots import provenance  # noqa: E402
+from helpers.plots.style import COLORS, TEXT_PT, wrap  # noqa: E402
+from helpers.plots.timeline import timeline_legend  # noqa: E402
 
 OUT = Path(__file__).resolve().parent.parent / "images"
+SCRIPT = "scripts/make_figures.py"
+#: group -> the figures it draws (the GPU ones are scripts/make_gpu_figures.py's).
+FIGURES = {
+    "blog": ["blog_timeline_0_vs_2_workers.png", "blog_timelines_0_to_4_workers.png", "blog_intervals.png"],
+    "core_series": ["prefetch_slow_samples.png", "startup_methods.png", "persistent_workers_spawn.png",
+                    "host_prefetch_thread.png", "chain_step_ratio.png"],
+    "copy_on_read": ["copy_on_read_list.png", "copy_on_read_persistent.png"],
+    "remote": ["remote_first_byte.png", "remote_requests.png"],
+    "images": ["image_pipeline.png"],
+    "resume": ["resume.png"],
+    "diagnose": ["diagnose_mysteries.png"],
+    "distributed": ["distributed_straggler.png"],
+}
+
+
+def expected() -> dict[str, tuple[str, str]]:
+    """Each figure → (the command that draws it, the digest its metadata must carry)."""
+    return {name: (f"{SCRIPT} {group}", provenance.digest(globals()[group]))
+            for group, names in FIGURES.items() for name in names}
+
+
+def check(folder: Path = OUT) -> list[str]:
+    """A line per figure in ``folder`` that the current code did not draw (metadata only)."""
+    return provenance.stale(folder, expected())
+
+
+def save(figure, name: str, where: str) -> None:
+    """Write ``images/<name>`` with its origin (its group's digest) and where it was measured."""
+    group = next(g for g, names in FIGURES.items() if name in names)
+    source, digest = expected()[name]
+    provenance.save(figure, OUT / name, source=source, digest=digest,
+                    description=f"{group}: {name}, {where}")
+    plt.close(figure)
 
 
 def main() -> None:
+    if sys.argv[1:] == ["--check"]:
+        problems = check()
+        print("\n".join(problems) or f"every figure of {SCRIPT} is current")
+        raise SystemExit(1 if problems else 0)
     if helpers.is_smoke():
         raise SystemExit("make_figures.py draws full-size runs: unset DLLAB_SMOKE")
     warnings.filterwarnings("ignore", message=".*suggested max number of worker.*")
@@ -56,16 +102,14 @@ def main() -> None:
     start = helpers.use_start_method()
     machine = helpers.describe_machine()
     where = f"measured on {machine['cores']} cores, torch {machine['torch']}, {start}"
-    groups = {"blog": blog, "core_series": core_series, "copy_on_read": copy_on_read, "remote": remote,
-              "images": images, "resume": resume,
-              "diagnose": diagnose, "distributed": distributed}
+    groups = {name: globals()[name] for name in FIGURES}
     chosen = sys.argv[1:] or list(groups)
     unknown = [name for name in chosen if name not in groups]
     if unknown:
         raise SystemExit(f"unknown figure group(s) {unknown}: choose from {', '.join(groups)}")
     for name in chosen:
         groups[name](where)
-    print("wrote", *sorted(p.name for p in OUT.glob("*.png")), "in", os.path.relpath(OUT))
+    print("wrote", *(f for name in chosen for f in FIGURES[name]), "in", os.path.relpath(OUT))
 
 
 def blog(where: str) -> None:
@@ -77,9 +121,9 @@ def blog(where: str) -> None:
         runs[workers] = helpers.record(loader, helpers.ModelledStep(step_s), progress=False)
         print(f"{workers} workers: intervals " + " ".join(f"{v:.2f}" for v in runs[workers].intervals()))
     fig = helpers.plot_timelines([runs[0], runs[2]], titles=[f"num_workers=0 ({where})", "num_workers=2"])
-    fig.savefig(OUT / "blog_timeline_0_vs_2_workers.png", dpi=110)
+    save(fig, "blog_timeline_0_vs_2_workers.png", where)
     fig = helpers.plot_timelines(list(runs.values()), titles=[f"num_workers={x}" for x in runs])
-    fig.savefig(OUT / "blog_timelines_0_to_4_workers.png", dpi=90)
+    save(fig, "blog_timelines_0_to_4_workers.png", where)
     ax = helpers.plot_intervals(
         list(runs.values()),
         [f"{x} workers" for x in runs],
@@ -88,8 +132,9 @@ def blog(where: str) -> None:
             for x, tl in runs.items()
         ],
     )
-    ax.set_title(f"Time between loop iterations, measured vs model ({where})", fontsize=9)
-    ax.figure.savefig(OUT / "blog_intervals.png", dpi=110)
+    ax.set_title(wrap(f"Time between loop iterations, measured vs model ({where})", ax.figure),
+                 fontsize=TEXT_PT, loc="left")
+    save(ax.figure, "blog_intervals.png", where)
 
 
 def core_series(where: str) -> None:
@@ -104,7 +149,7 @@ def core_series(where: str) -> None:
         titles=[f"prefetch_factor=1, 1 item in 7 is 6x slower ({where})", "prefetch_factor=4"],
         label_batches=False,
     )
-    fig.savefig(OUT / "prefetch_slow_samples.png", dpi=100)
+    save(fig, "prefetch_slow_samples.png", where)
 
     methods = mp.get_all_start_methods()
     children = {m: helpers.data.startup.record_in_child(m, item_wait_s=0.1) for m in methods}
@@ -117,7 +162,7 @@ def core_series(where: str) -> None:
         titles=[f"{name}, 2 epochs, fresh workers each ({where.split(', ')[0]})" for name in children],
         label_batches=False,
     )
-    fig.savefig(OUT / "startup_methods.png", dpi=100)
+    save(fig, "startup_methods.png", where)
 
     if "spawn" in methods:
         dataset = helpers.WorkDataset(8, item_wait_s=0.1)
@@ -135,7 +180,7 @@ def core_series(where: str) -> None:
         fig = helpers.plot_timelines(
             runs, titles=[f"spawn, persistent_workers={p}" for p in (False, True)], label_batches=False
         )
-        fig.savefig(OUT / "persistent_workers_spawn.png", dpi=100)
+        save(fig, "persistent_workers_spawn.png", where)
 
     def loader():
         return DataLoader(helpers.WorkDataset(32, item_wait_s=0.04), batch_size=2, num_workers=2)
@@ -154,7 +199,7 @@ def core_series(where: str) -> None:
             "the same transform in a prefetch thread",
         ],
     )
-    fig.savefig(OUT / "host_prefetch_thread.png", dpi=100)
+    save(fig, "host_prefetch_thread.png", where)
 
     capstone = helpers.lessons.capstone
     chain = capstone.stages(min(4, helpers.available_cores()))
@@ -183,9 +228,9 @@ def core_series(where: str) -> None:
         at_ratio=0.25 / costs["baseline"].batch_load_s,
         xlabel="step ÷ the baseline's load per batch",
     )
-    ax.set_title(f"The tutorial's chain: modelled speedups from this run's costs ({where})", fontsize=9)
-    ax.figure.savefig(OUT / "chain_step_ratio.png", dpi=110)
-
+    ax.set_title(wrap(f"The tutorial's chain: modelled speedups from this run's costs ({where})", ax.figure),
+                 fontsize=TEXT_PT, loc="left")
+    save(ax.figure, "chain_step_ratio.png", where)
 
 
 def copy_on_read(where: str) -> None:
@@ -201,7 +246,7 @@ def copy_on_read(where: str) -> None:
         title = (f"2 forked workers reading a list of 2,000,000 names ({run.data_bytes / 2**20:.0f} MiB)"
                  + (", persistent_workers=True, 2 epochs" if persistent else "") + f" — {where}")
         fig = helpers.plot_worker_memory(timeline, memory, run.data_bytes, title=title)
-        fig.savefig(OUT / name, dpi=100)
+        save(fig, name, where)
         print(name, "growth per worker (MiB):", [round(g / 2**20, 1) for g in run.growth])
 
 
@@ -220,9 +265,9 @@ def remote(where: str) -> None:
             timings += helpers.time_objects(remote_end, "sizes", keys, source="remote")
         fig = helpers.plot_object_timings(timings, latency_s=rtt, bandwidth=bandwidth,
                                           server_s=helpers.median_timing(timings, "server", 16 * 1024))
-        fig.suptitle(f"one GET, 40 ms round trip and 25 MB/s per connection added by the proxy — {where}",
-                     fontsize=9)
-        fig.savefig(OUT / "remote_first_byte.png", dpi=100)
+        heading = f"one GET, 40 ms round trip and 25 MB/s per connection added by the proxy — {where}"
+        fig.suptitle(wrap(heading, fig, margin_in=0.4), fontsize=TEXT_PT)
+        save(fig, "remote_first_byte.png", where)
         print(helpers.timing_table([t for t in timings if t.size in (16 * 1024, 8 * 2**20)]))
         keys = store.make_bucket("lab", count=512, size=16 * 1024)
         loader = DataLoader(helpers.S3Dataset(remote_end, "lab", keys, threads=8), batch_size=32,
@@ -231,16 +276,14 @@ def remote(where: str) -> None:
         timeline, requests = helpers.measure_requests(loader, helpers.ModelledStep(0.005))
         title = (f"512 objects of 16 KiB, 2 workers × 8 threads in __getitems__, 40 ms round trip: "
                  f"{requests.samples_per_s():.0f} samples/s — {where}")
-        helpers.plot_requests(timeline, requests, title=title, concurrency=16).savefig(
-            OUT / "remote_requests.png", dpi=100)
+        fig = helpers.plot_requests(timeline, requests, title=title, concurrency=16)
+        save(fig, "remote_requests.png", where)
         print("remote_requests.png:", f"{requests.samples_per_s():.0f} samples/s,",
               f"request {requests.median_s() * 1e3:.1f} ms")
 
 
 def images(where: str) -> None:
     import tempfile
-
-    import matplotlib.pyplot as plt
 
     step = helpers.ModelledStep(0.005)
     cores = helpers.available_cores()
@@ -261,17 +304,19 @@ def images(where: str) -> None:
                 ds = helpers.JpegDataset(ps, ls, transform=helpers.train_transform(crop), threads=pool)
                 loader = DataLoader(ds, batch_size=batch, shuffle=True, num_workers=workers)
                 threads[name][label] = helpers.decode_rate(helpers.record(loader, step, progress=False))
-    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.2), layout="constrained", width_ratios=[1, 1.5])
-    left.bar([str(w) for w in rates], list(rates.values()), color="tab:blue")
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12.8, 5.6), layout="constrained", width_ratios=[1, 1.7])
+    left.bar([str(w) for w in rates], list(rates.values()), color=COLORS["fetch"])
     for i, r in enumerate(rates.values()):
-        left.text(i, r, f"{r:.0f}", ha="center", va="bottom", fontsize=8)
-    left.set_xlabel(f"num_workers ({cores} cores, {cores_free:.2f} measured free)")
+        left.text(i, r, f"{r:.0f}", ha="center", va="bottom", fontsize=TEXT_PT)
+    left.set_ylim(0, max(rates.values()) * 1.12)
+    left.set_xlabel(f"num_workers\n({cores} cores, {cores_free:.2f} measured free)")
     left.set_ylabel("images/s (448 px JPEG → crop 224)")
     left.grid(alpha=0.3, axis="y")
     helpers.plot_image_rates(threads, cores_free=cores_free, ax=right,
                              title="threads vs processes, relative to 1 worker with 1 thread")
-    fig.suptitle(f"decode_jpeg + RandomResizedCrop + flip in DataLoader workers — {where}", fontsize=9)
-    fig.savefig(OUT / "image_pipeline.png", dpi=100)
+    fig.suptitle(wrap(f"decode_jpeg + RandomResizedCrop + flip in DataLoader workers — {where}", fig,
+                      margin_in=0.4), fontsize=TEXT_PT)
+    save(fig, "image_pipeline.png", where)
     print("image_pipeline.png:", {w: round(r) for w, r in rates.items()},
           {n: {k: round(v) for k, v in t.items()} for n, t in threads.items()})
 
@@ -286,27 +331,36 @@ def resume(where: str) -> None:
         results[f"{kind}, in_order=False"] = helpers.kill_and_resume(
             kind, **common, in_order=False, load_s=0.002, shuffle=False, cold_batch=19)
     fig = helpers.plot_resume(results)
-    fig.suptitle(f"one epoch of 512 ids, killed (SIGKILL) after step 23, resumed from step 20 — {where}",
-                 fontsize=9)
-    fig.savefig(OUT / "resume.png", dpi=100)
+    fig.suptitle(wrap(f"one epoch of 512 ids, killed (SIGKILL) after step 23, resumed from step 20 — {where}",
+                      fig, margin_in=0.4), fontsize=TEXT_PT)
+    save(fig, "resume.png", where)
     for result in results.values():
         print(result.describe())
 
 
 def diagnose(where: str) -> None:
-    import matplotlib.pyplot as plt
 
     diagnoses = {}
     for name in ("A", "B", "C"):
         loader, step, steps = helpers.mystery_loader(name, smoke=False)
         diagnoses[name] = helpers.diagnose(loader, step, steps=steps, progress=False)
-    fig, axes = plt.subplots(3, 1, figsize=(12, 9), layout="constrained")
+    fig, axes = plt.subplots(3, 1, figsize=(12.8, 7.2), layout="constrained",
+                             height_ratios=[len(d.timeline.workers) + 1.4 for d in diagnoses.values()])
+    def short(r) -> str:  # the change and the number that triggered it (its first clause), for a slide
+        change = ", ".join(f"{k}={v}" for k, v in (r.change or {}).items()) or r.knob
+        reason = re.split(r"[:;]", r.because)[0]
+        return f"{change} ({reason}{')' * (reason.count('(') - reason.count(')'))})"
+
     for ax, (name, d) in zip(axes, diagnoses.items(), strict=True):
-        advice = "; ".join(f"{r.knob} ({r.because})" for r in d.recommendations)
-        helpers.plot_timeline(d.timeline, ax, label_batches=False,
+        advice = "; ".join(short(r) for r in d.recommendations)
+        helpers.plot_timeline(d.timeline, ax, label_batches=False, legend=False,
                               title=f"loader {name}: headspace {d.headspace:.2f}× → {advice}")
-    fig.suptitle(f"helpers.diagnose on three loaders with a planted problem — {where}", fontsize=9)
-    fig.savefig(OUT / "diagnose_mysteries.png", dpi=100)
+        ax.set_xlabel("")
+    axes[-1].set_xlabel("time since the recording started (s)")
+    timeline_legend(fig, [d.timeline for d in diagnoses.values()])
+    heading = f"helpers.diagnose on three loaders with a planted problem — {where}"
+    fig.suptitle(wrap(heading, fig, margin_in=3.2), x=0.01, ha="left", fontsize=TEXT_PT)  # beside the legend
+    save(fig, "diagnose_mysteries.png", where)
     for name, d in diagnoses.items():
         print(name, d.knobs(), f"headspace {d.headspace:.2f}")
 
@@ -318,9 +372,9 @@ def distributed(where: str) -> None:
         raise SystemExit(f"torchrun failed: {run.output[-2000:]}")
     rates, waits = run.steps_per_s(), run.median_sync_wait()
     title = (f"torchrun, 4 ranks (gloo), rank 1's data 6× slower: every rank at {min(rates.values()):.1f} "
-             f"steps/s,\nthe others waiting {max(waits.values()) * 1e3:.0f} ms per step in all_reduce "
+             f"steps/s, the others waiting {max(waits.values()) * 1e3:.0f} ms per step in all_reduce "
              f"— {where}")
-    helpers.plot_ranks(run, title=title).savefig(OUT / "distributed_straggler.png", dpi=100)
+    save(helpers.plot_ranks(run, title=title), "distributed_straggler.png", where)
     print(rates, waits)
 
 

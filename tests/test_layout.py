@@ -23,6 +23,7 @@ PARTS = {
     "helpers.config": "base",
     "helpers.cores": "base",
     "helpers.system": "base",
+    "helpers.palette": "base",
     "helpers.models": "models",
     "helpers.timing": "timing",
     "helpers.data": "data",

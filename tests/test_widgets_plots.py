@@ -184,9 +184,8 @@ def test_prefetcher_rows_and_copy_segments_are_drawn_with_a_legend():
     fig = helpers.plot_timelines([plain, wrapped])
     labels = [t.get_text() for t in fig.axes[1].get_yticklabels()]
     assert "transform (loop thread)" in labels
-    legend = fig.axes[1].get_legend()  # the second panel adds kinds of rows, so it explains them
-    assert legend is not None
-    texts = {t.get_text() for t in legend.get_texts()}
+    assert fig.axes[0].get_legend() is None and len(fig.legends) == 1  # one legend beside all panels
+    texts = {t.get_text() for t in fig.legends[0].get_texts()}
     assert {"copy to device", "per-batch transform"} <= texts
     plt.close(fig)
 

@@ -21,6 +21,8 @@ import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from ..palette import TEXT
+
 #: The smallest margin a timing comparison gets: sleeps overshoot by up to about a
 #: millisecond even on an idle machine.
 TIMER_FLOOR_S = 0.002
@@ -65,7 +67,7 @@ class LessonChecks(list):
         return str(self)
 
     def _repr_html_(self) -> str:
-        colour = {"✓": "#1a7f37", "✗": "#cf222e", "premise failed": "#9a6700"}
+        colour = {"✓": TEXT["ok"], "✗": TEXT["fail"], "premise failed": TEXT["premise"]}
         body = "".join(
             f"<tr><td style='text-align:left'>{html.escape(claim)}</td>"
             f"<td style='text-align:left'>{html.escape(measured)}</td>"

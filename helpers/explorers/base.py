@@ -12,6 +12,8 @@ import ipywidgets as W
 import matplotlib.pyplot as plt
 from IPython.display import display
 
+from ..palette import TEXT
+
 
 def _show_figure(output: W.Output, figure) -> None:
     """Replace what ``output`` shows with ``figure`` (then close it: it is drawn as an image)."""
@@ -22,7 +24,7 @@ def _show_figure(output: W.Output, figure) -> None:
 
 
 def _error_html(error: Exception) -> str:
-    return ("<div style='color:#a00;border:1px solid #a00;padding:6px'><b>Cannot run "
+    return (f"<div style='color:{TEXT['fail']};border:1px solid {TEXT['fail']};padding:6px'><b>Cannot run "
             f"these settings:</b> {html.escape(str(error))}</div>")
 
 

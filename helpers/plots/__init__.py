@@ -1,11 +1,13 @@
 """The plots: every picture a notebook draws, from what the instrument and the workloads measured.
 
-``timeline`` (timelines and the colours every figure shares), ``model`` (the models beside the
-measurements), ``remote`` (notebook 13), ``runs`` (notebooks 12, 14, 15, 17), ``diagnosis``
-(:func:`plot_diagnosis`, which ``Diagnosis.plot`` calls), ``bugs`` (notebook 18).
+``style`` (the palette's colours as matplotlib draws them, text sizes, legends beside the data),
+``timeline`` (timelines), ``model`` (the models beside the measurements), ``remote`` (notebook
+13), ``runs`` (notebooks 12, 14, 15, 17), ``diagnosis``
+(:func:`plot_diagnosis`, which ``Diagnosis.plot`` calls), ``bugs`` (notebook 18), ``provenance``
+(the reference figures' proof of origin, read by ``scripts/make_figures.py --check``).
 
-May import: helpers.config, helpers.timing, helpers.data (and matplotlib). Imported lazily by
-:mod:`helpers` (a DataLoader worker never pays for matplotlib).
+May import: the base (helpers.config, helpers.palette), helpers.timing, helpers.data (and
+matplotlib). Imported lazily by :mod:`helpers` (a DataLoader worker never pays for matplotlib).
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from .model import (
 )
 from .remote import plot_concurrency, plot_object_timings, plot_requests
 from .runs import plot_image_rates, plot_ranks, plot_resume, plot_worker_memory, show_image
-from .timeline import COLORS, plot_timeline, plot_timelines, summary_line
+from .style import COLORS
+from .timeline import plot_timeline, plot_timelines, summary_line
 
 __all__ = [
     "COLORS", "plot_timeline", "plot_timelines", "summary_line", "plot_bandwidth", "plot_intervals",
