@@ -80,8 +80,9 @@ start-methods: $(STAMP)
 browser: $(STAMP)
 	DLLAB_SMOKE=1 TQDM_DISABLE=1 $(BIN)/python -m pytest -m browser -q
 
-# Before class: present every notebook 01-14 in the browser (deck, vote, slider + Run inside the
-# slide); screenshots in test-artifacts/. `make browser` presents 03 only.
+# Before class: present every notebook with a prediction (00b, 01-19) in the browser (deck, hidden
+# answer, vote, reveal, slider + Run inside the slide); screenshots in test-artifacts/. `make browser`
+# presents 03 only.
 browser-decks: $(STAMP)
 	DLLAB_SMOKE=1 TQDM_DISABLE=1 DLLAB_DECKS=all $(BIN)/python -m pytest -m browser -q \
 	  -k presenting tests/test_browser.py

@@ -2,7 +2,8 @@
 series), its explorer renders, and moving a slider + Run redraws the timeline; and an
 instructor presents 03 as slides (jupyterlab-slideshow): after Run All the prediction slide
 shows no measured answer, the room's vote is saved, the reveal button shows the answer, and
-the explorer's timeline redraws inside the slide (``make browser-decks``: every notebook 01-17).
+the explorer's timeline redraws inside the slide (``make browser-decks``: every notebook with a
+prediction, 00b and 01-19).
 
 Needs Debian's ``chromium`` (``.ci/run`` installs it) and the ``playwright`` package;
 Playwright drives the system Chromium, it never downloads a browser.
@@ -30,13 +31,13 @@ pytestmark = pytest.mark.browser
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ["01_baseline_loop.ipynb", "05_worker_startup.ipynb"]
-# The deck test presents 03 (CI); DLLAB_DECKS=all (`make browser-decks`) presents every lesson
-# notebook with an explorer, 01-11, the same way.
+# The deck test presents 03 (CI); DLLAB_DECKS=all (`make browser-decks`) presents every notebook
+# with a prediction (00b, 01-19) the same way, and on those with an explorer moves its slider.
 _DECKS = os.environ.get("DLLAB_DECKS", "")
 if _DECKS not in ("", "all"):
     raise ValueError(f"DLLAB_DECKS={_DECKS!r}: leave it unset (present 03) or set it to 'all'")
-PRESENTED = (sorted(p.name for p in (ROOT / "notebooks").glob("[01][0-9]_*.ipynb")
-                    if not p.name.startswith("00_"))
+PRESENTED = (sorted(p.name for p in (ROOT / "notebooks").glob("[01][0-9]*_*.ipynb")
+                    if "helpers.Prediction(" in p.read_text())
              if _DECKS == "all" else ["03_prefetch_factor.ipynb"])
 ONSCREEN = ".jp-deck-mod-visible"  # the cells jupyterlab-slideshow shows now (fragments once revealed)
 ARTIFACTS = ROOT / "test-artifacts"
@@ -205,6 +206,9 @@ def test_presenting_live_with_working_widgets(lab, notebook):
             assert measured in page.locator(f"{ONSCREEN} .dllab-prediction-answer").first.inner_text()
             page.screenshot(path=str(ARTIFACTS / f"deck-{stem}-answer.png"))
 
+            if "Explorer(" not in (ROOT / "notebooks" / notebook).read_text():
+                assert page_errors == [], page_errors
+                return  # 00b: a prediction, no explorer
             # On to the explorer's slide: move num_workers, press Run, the figure redraws.
             _space_until(page, f"{ONSCREEN} .widget-hslider .noUi-handle")
             before_src = _timeline_src(page)
