@@ -40,7 +40,7 @@ untimed: $(STAMP)
 
 timed: $(STAMP)
 	$(BIN)/python -m pytest -m "timing" -q
-	$(NBMAKE) $(filter-out $(UNTIMED_NOTEBOOKS),$(sort $(wildcard notebooks/*.ipynb)))
+	$(NBMAKE) $(TIMED_NOTEBOOKS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check helpers tests notebooks benchmarks scripts
@@ -55,11 +55,12 @@ unit: $(STAMP)
 # other notebook runs alone, so that nothing shares its cores but what the lesson starts.
 UNTIMED_NOTEBOOKS := notebooks/00_setup_check.ipynb notebooks/06_pinned_memory.ipynb \
   notebooks/10_shared_memory.ipynb notebooks/12_copy_on_read.ipynb notebooks/15_resume.ipynb
+TIMED_NOTEBOOKS = $(filter-out $(UNTIMED_NOTEBOOKS),$(sort $(wildcard notebooks/*.ipynb)))
 NBMAKE_ENV := DLLAB_SMOKE=1 TQDM_DISABLE=1 DLLAB_START_METHOD=$(START_METHOD)
 NBMAKE := $(NBMAKE_ENV) $(BIN)/python -m pytest --nbmake --nbmake-timeout=300 -q
 notebooks: $(STAMP)
 	$(NBMAKE) -n 2 $(UNTIMED_NOTEBOOKS)
-	$(NBMAKE) $(filter-out $(UNTIMED_NOTEBOOKS),$(sort $(wildcard notebooks/*.ipynb)))
+	$(NBMAKE) $(TIMED_NOTEBOOKS)
 
 # The smoke notebooks beside one CPU-bound program: every check must hold or say its premise failed.
 stress: $(STAMP)

@@ -19,12 +19,7 @@ from typing import Any
 from torch.utils.data import IterableDataset, get_worker_info
 
 from ...timing.timeline import Timeline
-from .randomness import KeepBatches
-
-
-def _check_length(length: int) -> None:
-    if not isinstance(length, int) or length < 1:
-        raise ValueError(f"length must be a positive integer, got {length!r}")
+from .randomness import KeepBatches, _check_length
 
 
 class UnshardedStream(IterableDataset):
