@@ -198,6 +198,27 @@ def test_num_workers_checks_fail_when_collections_do_not_behave_as_taught():
     assert [c.passed for c in spawned][-1] is None and "forked" in spawned[-1].premise
 
 
+def test_num_workers_collection_checks_read_cpu_time_not_the_wall_clock():
+    """On a busy machine another process takes the core during a collection: the wall clock grows,
+    the collector's CPU time does not. The checks read the CPU time, both ways."""
+    import dataclasses
+
+    from helpers.lessons import num_workers
+
+    cal, verify, collections = sizing_case()
+    # Preempted collections before the fork (0.4-0.6 s of wall clock), the same work in CPU time.
+    busy = dataclasses.replace(collections, alone_s=[0.4, 0.6, 0.5], alone_cpu_s=[0.2, 0.21, 0.2],
+                               after_start_cpu_s=0.3, frozen_cpu_s=[0.01] * 3)
+    assert failing(num_workers.checks(cal, verify, busy)) == []
+    # The wall clock says slower (the collection after the fork was preempted); its CPU time does not.
+    not_slower = dataclasses.replace(collections, after_start_s=0.6, alone_cpu_s=[0.2, 0.21, 0.2],
+                                     after_start_cpu_s=0.19, frozen_cpu_s=[0.1] * 3)
+    assert failing(num_workers.checks(cal, verify, not_slower)) == [
+        "gc.freeze() makes a full collection at least 5× shorter",
+        "the first full collection after forking workers is slower (it copies shared pages)",
+    ]
+
+
 # -- 03 · prefetch_factor ------------------------------------------------------------------------
 def prefetch_case(ahead_depth_for=None, slow_factor=6.0, bursty_depths=(1, 4), step_s=0.02):
     from helpers.lessons import prefetch
@@ -695,7 +716,10 @@ def test_device_prefetch_checks_report_a_quota_too_small_for_the_thread_as_a_pre
     claim = "in a prefetch thread it is hidden: the pace is that of the run without it"
     inside = device_prefetch.checks(host, bound, transform_s, gpu, cores=0.5)
     assert inside[1].passed is None and "needs 0.80 of a CPU" in inside[1].premise
-    assert "may use 0.5 CPU" in inside[1].premise
+    assert "could get 0.50 CPU" in inside[1].premise
+    # other programs leave 0.2 of a CPU (helpers.free_cores): the data-bound claim needs 0.25 of one
+    busy = device_prefetch.checks(host, bound, transform_s, gpu, cores=0.2)
+    assert [c.passed for c in busy[1:3]] == [None, None] and "needs 0.25 of a CPU" in busy[2].premise
     # one CPU is enough for the thread (0.8 of it): the claim is tested, and this run fails it
     assert claim in failing(device_prefetch.checks(host, bound, transform_s, gpu, cores=1.0))
     assert claim in failing(device_prefetch.checks(host, bound, transform_s, gpu))
@@ -855,6 +879,20 @@ def test_batched_checks_fail_when_batching_does_not_behave_as_taught():
         "...as the arithmetic of the stated costs says (within 2×)",
         "workers help per-sample requests (each waits for its own round trips)",
     ]
+
+
+def test_batched_workers_check_reports_other_programs_on_the_cores_as_a_premise_and_tests_a_quota():
+    from helpers.lessons import batched
+
+    claim = "workers help per-sample requests (each waits for its own round trips)"
+    case = batched_case(workers_gain=1.0)
+    # a load of 5-9 on 2 cores: the spinners got 0.5 of the 2 CPUs; the workers' gain is not tested
+    busy = {c.claim: c for c in batched.checks(*case, cores=2.0, cores_free=0.5)}
+    assert busy[claim].passed is None and "other programs took 1.50" in busy[claim].premise
+    # one competing program (make stress): 1.3 free of 2, the claim is tested and this run fails it
+    assert claim in failing(batched.checks(*case, cores=2.0, cores_free=1.3))
+    # inside a quota of 0.5 CPU no other program takes it: tested
+    assert claim in failing(batched.checks(*case, cores=0.5, cores_free=0.5))
 
 
 def test_batched_checks_fail_when_a_local_database_gains_nothing():

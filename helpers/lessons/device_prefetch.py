@@ -23,11 +23,18 @@ def per_batch(runs: dict[str, Timeline]) -> dict[str, float]:
             for name, tl in runs.items()}
 
 
+def _short_of_cpu(needs: float, transform_s: float, every_s: float, cores: float) -> str:
+    return (f"the transform needs {needs:.2f} of a CPU beside the loop ({transform_s * 1e3:.0f} ms of CPU "
+            f"every {every_s * 1e3:.1f} ms), and this process could get {cores:.2f} CPU (measured: a CPU "
+            "quota, or other programs on the cores, take the rest)")
+
+
 def checks(host: dict[str, Timeline], bound: dict[str, Timeline], transform_s: float,
            gpu: dict[str, Timeline] | None, cores: float | None = None) -> list[Check]:
     """``host``: "no transform", "transform in the loop's thread", "transform in a prefetch thread";
     ``bound``: the same two transforms on a data-bound loader; ``gpu``: :func:`gpu_runs` (or None);
-    ``cores``: the CPUs this process may use (``helpers.effective_cores()``: a quota included)."""
+    ``cores``: the CPUs this process could get (``helpers.effective_cores()``, a quota included, or less
+    where ``helpers.free_cores`` measured other programs taking some); None: not measured."""
     s = per_batch(host)
     # noise from the run without a transform: with one, a busy thread holds the GIL and delays the
     # loop's wake-ups (the effect the notebook's caveat is about, not machine noise)
@@ -42,15 +49,18 @@ def checks(host: dict[str, Timeline], bound: dict[str, Timeline], transform_s: f
     if cores is not None and needs > 0.9 * cores:
         # make quota QUOTA=0.5: the thread needed 0.75 of a CPU, the quota gave 0.5 (25.8 against 21.4 ms)
         out.append(premise_failed(claim, f"{threaded * 1e3:.1f} ms",
-                                  f"hiding the transform needs {needs:.2f} of a CPU beside the loop "
-                                  f"({transform_s * 1e3:.0f} ms of CPU every {alone * 1e3:.1f} ms), "
-                                  f"and this process may use {cores:g} CPU (a CPU quota)"))
+                                  _short_of_cpu(needs, transform_s, alone, cores)))
     else:
         out.append(near(claim, threaded, alone, rel=0.2, noise_s=noise))
     b = per_batch(bound)
+    claim = "data-bound: moving the transform to a thread changes nothing (fix the workers first)"
     ratio = b["data-bound, transform in the loop's thread"] / b["data-bound, transform in a prefetch thread"]
-    out.append(near("data-bound: moving the transform to a thread changes nothing (fix the workers first)",
-                    ratio, 1.0, rel=0.15, unit="×"))
+    pace = b["data-bound, transform in a prefetch thread"]
+    needs = transform_s / pace
+    if cores is not None and needs > 0.9 * cores:
+        out.append(premise_failed(claim, f"{ratio:.2f}×", _short_of_cpu(needs, transform_s, pace, cores)))
+    else:
+        out.append(near(claim, ratio, 1.0, rel=0.15, unit="×"))
     claim = ("on a GPU: DevicePrefetcher copies a batch while the device steps on an earlier one; "
              "the serialised order copied only between steps")
     if gpu is None:
