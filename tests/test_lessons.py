@@ -1889,7 +1889,7 @@ def main_process_case(**change):
 
 def test_main_process_checks_pass_when_the_lesson_holds():
     checks = main_process_case()
-    assert len(checks) == 8 and failing(checks) == [] and not [c for c in checks if c.passed is None]
+    assert len(checks) == 9 and failing(checks) == [] and not [c for c in checks if c.passed is None]
 
 
 def test_main_process_checks_fail_when_the_lesson_is_false():
@@ -1902,8 +1902,13 @@ def test_main_process_checks_fail_when_the_lesson_is_false():
     assert len(failing(main_process_case(sweep={5: 0.018, 1: 0.04}))) == 3
     # no lift: stacking and reading the loss rarely change nothing; threads as slow as the baseline;
     # GIL-holding threads faster than their own work
-    slow = {"one stacked tensor": 0.03, "loss every 8 steps": 0.03, "threads, GIL released": 0.03}
+    slow = {"one stacked tensor": 0.03, "uint8": 0.03, "loss every 8 steps": 0.03,
+            "threads, GIL released": 0.03}
     assert len(failing(main_process_case(lifts=slow, gil_held_s=0.01))) == 4
+    # a quarter of the bytes halved the time per batch: the hand-over would be copying bytes
+    assert failing(main_process_case(lifts={"uint8": 0.011})) == [
+        "uint8 on a CPU: about the time per batch of float32 — the hand-over maps shared memory, it copies "
+        "no bytes"]
 
 
 def test_main_process_checks_report_starved_workers_as_a_premise():

@@ -112,6 +112,11 @@ def checks(m: dict[str, float], m_noise_s: float, sweep: dict[int, float], predi
     saved = expected["baseline"] - expected["one stacked tensor"]
     out.append(exceeds("one stacked tensor instead of many: faster by the m it saves", lifts["baseline"],
                        lifts["one stacked tensor"], gap=saved, noise=step_noise_s))
+    # The lab cannot pin or copy to a device on a CPU, where a quarter of the bytes pays (the H100's 72 → 121
+    # batches/s): what it can test is that the hand-over itself is not where bytes cost.
+    out.append(near("uint8 on a CPU: about the time per batch of float32 — the hand-over maps shared "
+                    "memory, it copies no bytes", lifts["uint8"], lifts["one stacked tensor"], rel=0.15,
+                    noise_s=step_noise_s))
     overlap = expected["one stacked tensor"] - expected["loss every 8 steps"]
     out.append(exceeds("reading the loss every 8 steps: the host's work overlaps the device's",
                        lifts["one stacked tensor"], lifts["loss every 8 steps"], gap=overlap,
