@@ -95,7 +95,7 @@ def lab(tmp_path_factory):
                 pytest.fail(f"JupyterLab did not start: {(base / 'server.log').read_text()}")
             time.sleep(0.5)
     yield {"url": url, "token": token, "chromium": chromium, "config_dir": config_dir,
-           "results": base / "results"}
+           "results": base / "results", "root": root}
     try:
         request = urllib.request.Request(f"{url}/api/shutdown?token={token}", method="POST")
         urllib.request.urlopen(request, timeout=10)
@@ -131,6 +131,7 @@ def test_explorer_renders_and_redraws_in_jupyterlab(lab, notebook):
             body = page.inner_text("body")
             assert "Error displaying widget" not in body
             assert "VBox(children=" not in body, "the widget manager did not load"
+            _assert_every_cell_ran(page, lab, notebook)
 
             # A person moves num_workers one step right and presses Run.
             before = int(page.locator(".widget-hslider .widget-readout").first.inner_text())
@@ -171,6 +172,7 @@ def test_presenting_live_with_working_widgets(lab, notebook):
             _open_and_run_all(page, lab, notebook)
             page.wait_for_function(
                 "document.body.innerText.includes('all lesson checks passed')", timeout=240_000)
+            _assert_every_cell_ran(page, lab, notebook)
             page.locator(".jp-MarkdownCell .jp-InputPrompt").first.click()
             page.locator(".jp-NotebookPanel-toolbar [data-command='deck:toggle']").first.click()
             page.wait_for_selector("body[data-jp-deck-mode='presenting']", state="attached", timeout=30_000)
@@ -269,6 +271,29 @@ def _wait_for_pick(path: Path, key: str, label: str) -> None:
     while json.loads(path.read_text())["results"][key]["pick"] != label:
         assert time.monotonic() < deadline, f"the vote {label!r} was not saved in {path.name}"
         time.sleep(0.25)
+
+
+def _assert_every_cell_ran(page, lab, notebook: str) -> None:
+    """What nbmake checks, on the notebook as the browser ran it: save it (Ctrl+S) until every code cell
+    has an execution count, then no output is an error. `make test` does not run these notebooks
+    again in nbmake (BROWSER_NOTEBOOKS in the Makefile)."""
+    path = lab["root"] / notebook
+    deadline = time.monotonic() + 180
+    while True:
+        before = path.stat().st_mtime_ns
+        page.keyboard.press("Control+s")
+        while path.stat().st_mtime_ns == before and time.monotonic() < deadline:
+            time.sleep(0.25)
+        cells = [c for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"]
+        errors = [(i, o.get("ename"), o.get("evalue")) for i, c in enumerate(cells)
+                  for o in c.get("outputs", []) if o.get("output_type") == "error"]
+        assert errors == [], f"{notebook}: a cell raised in the browser: {errors}"
+        unrun = [i for i, c in enumerate(cells)
+                 if "".join(c["source"]).strip() and c.get("execution_count") is None]
+        if not unrun:
+            return
+        assert time.monotonic() < deadline, f"{notebook}: code cells {unrun} never ran after Run All"
+        time.sleep(2)
 
 
 def _open_and_run_all(page, lab, notebook: str) -> None:

@@ -200,3 +200,26 @@ def test_a_plain_install_carries_every_subpackage():
     packages = [".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "helpers").rglob("__init__.py")]
     missing = [p for p in packages if not any(fnmatch.fnmatchcase(p, pat) for pat in found["include"])]
     assert "helpers.lessons" in packages and not missing, missing
+
+
+def _make_variable(name: str) -> list[str]:
+    text = (ROOT / "Makefile").read_text().replace("\\\n", " ")
+    found = re.search(rf"^{name}\s*:?=(.*)$", text, re.M)
+    assert found, f"the Makefile defines no {name}"
+    return found.group(1).split()
+
+
+def test_make_test_skips_in_nbmake_exactly_the_notebooks_the_browser_test_runs_to_the_end():
+    """`make test` leaves BROWSER_NOTEBOOKS out of its nbmake run because the browser test runs
+    them (Run All, every cell's outputs checked): the two lists must name the same notebooks, or
+    a notebook would be run twice, or by nothing."""
+    import ast
+
+    tree = ast.parse((ROOT / "tests/test_browser.py").read_text())
+    values = {t.id: node.value for node in tree.body if isinstance(node, ast.Assign)
+              for t in node.targets if isinstance(t, ast.Name)}
+    explored = ast.literal_eval(values["NOTEBOOKS"])
+    presented = ast.literal_eval(values["PRESENTED"].orelse)  # `make test`: DLLAB_DECKS unset
+    browser = {f"notebooks/{name}" for name in [*explored, *presented]}
+    assert set(_make_variable("BROWSER_NOTEBOOKS")) == browser
+    assert "$(filter-out $(BROWSER_NOTEBOOKS),$(TIMED_NOTEBOOKS))" in (ROOT / "Makefile").read_text()
