@@ -1881,7 +1881,8 @@ def main_process_case(**change):
     values = {"m": {"many tensors": m_many, "one stacked tensor": m_one}, "m_noise_s": 0.0005,
               "sweep": dict(predicted), "predicted": predicted, "top_wait_share": 0.02,
               "lifts": {**expected, "threads, GIL held": 0.04}, "expected": expected,
-              "step_noise_s": 0.001, "gil_work_s": 0.03, "gil_held_s": 0.035}
+              "step_noise_s": 0.001, "gil_work_s": 0.03, "gil_held_s": 0.035,
+              "transform": (y + m_one + 0.008, y + m_one, 0.008)}
     for key, value in change.items():
         values[key] = {**values[key], **value} if isinstance(value, dict) else value
     return main_process.checks(**values)
@@ -1889,7 +1890,7 @@ def main_process_case(**change):
 
 def test_main_process_checks_pass_when_the_lesson_holds():
     checks = main_process_case()
-    assert len(checks) == 9 and failing(checks) == [] and not [c for c in checks if c.passed is None]
+    assert len(checks) == 10 and failing(checks) == [] and not [c for c in checks if c.passed is None]
 
 
 def test_main_process_checks_fail_when_the_lesson_is_false():
@@ -1905,6 +1906,9 @@ def test_main_process_checks_fail_when_the_lesson_is_false():
     slow = {"one stacked tensor": 0.03, "uint8": 0.03, "loss every 8 steps": 0.03,
             "threads, GIL released": 0.03}
     assert len(failing(main_process_case(lifts=slow, gil_held_s=0.01))) == 4
+    # the transform in the loop cost the batch nothing: it ran somewhere else
+    assert failing(main_process_case(transform=(0.0225, 0.022, 0.008))) == [
+        "a per-batch transform in the loop's thread is part of m: it adds its time to every batch"]
     # a quarter of the bytes halved the time per batch: the hand-over would be copying bytes
     assert failing(main_process_case(lifts={"uint8": 0.011})) == [
         "uint8 on a CPU: about the time per batch of float32 — the hand-over maps shared memory, it copies "

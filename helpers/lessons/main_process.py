@@ -82,7 +82,7 @@ def expected_lifts(step_s: float, device_s: float, m_many_s: float, m_stacked_s:
 def checks(m: dict[str, float], m_noise_s: float, sweep: dict[int, float], predicted: dict[int, float],
            top_wait_share: float, lifts: dict[str, float], expected: dict[str, float],
            step_noise_s: float, gil_work_s: float, gil_held_s: float,
-           cores: float | None = None) -> list[Check]:
+           cores: float | None = None, transform: tuple[float, float, float] | None = None) -> list[Check]:
     """``m``: m (s) for "many tensors" and "one stacked tensor", ``m_noise_s`` the spread of the
     latter's; ``sweep``/``predicted``: time per batch per worker count, measured and
     :func:`predicted_sweep`; ``top_wait_share``: :func:`data_wait_share` at the largest count;
@@ -91,10 +91,15 @@ def checks(m: dict[str, float], m_noise_s: float, sweep: dict[int, float], predi
     ``gil_work_s``: each batch's GIL-holding work in the last run, ``gil_held_s`` that run's time per
     batch over the whole run (:func:`run_per_batch_s`: threads finish their first batches together,
     so the steady-state intervals after the first understate it); ``cores``: the CPUs this
-    process may use (``helpers.effective_cores()``)."""
+    process may use (``helpers.effective_cores()``); ``transform``: the time per batch with a per-batch
+    transform in the loop, without it, and the transform's own time (s)."""
     out = [clearly_above("many small tensors cost the main process more than one stacked tensor of the "
                          "same bytes", m["many tensors"], m["one stacked tensor"], noise=m_noise_s,
                          what="m per batch")]
+    if transform is not None:
+        with_it, without, transform_s = transform
+        out.append(exceeds("a per-batch transform in the loop's thread is part of m: it adds its time to "
+                           "every batch", with_it, without, gap=transform_s, noise=step_noise_s))
     counts = sorted(sweep)
     top, below = counts[-1], counts[-2]
     claim = f"{top} workers: the time per batch is the model's floor y + m, not n/{top}"
