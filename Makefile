@@ -39,11 +39,11 @@ lab: $(STAMP)
 # and notebooks that compare timings, one at a time; then the browser.
 test: lint untimed timed browser
 
-# The notebooks first: they are the longest items, and xdist hands out items in this order, so each
-# process starts on one and the unit tests fill in around them (last, they left one process idle
-# for a minute at the end).
+# The notebooks first, handed out a few at a time (--maxschedchunk 1): they are the longest items, so
+# each process starts on two and the unit tests fill in around them. Last, they left one process idle
+# for a minute at the end; first in xdist's default chunks, one process got all five.
 untimed: $(STAMP)
-	$(NBMAKE_ENV) $(BIN)/python -m pytest -m "not browser and not timing" -q -n 2 \
+	$(NBMAKE_ENV) $(BIN)/python -m pytest -m "not browser and not timing" -q -n 2 --maxschedchunk 1 \
 	  --nbmake --nbmake-timeout=300 $(UNTIMED_NOTEBOOKS) tests
 
 # The notebooks the browser test runs to the end (Run All, every cell's outputs checked as nbmake

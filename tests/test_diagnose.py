@@ -203,8 +203,11 @@ def test_loaders_of_every_kind_get_the_advice_a_careful_engineer_would_give(quie
                                         ["num_workers"]),
         "custom batch_sampler, 2 workers": (DataLoader(DictItems(48), batch_sampler=PairSampler(48),
                                                        num_workers=2), 0.02, ["none"]),
+        # 20 ms, not 5: with 0 workers the fetch and its overhead (0.3-0.5 ms) sit on the loop's path,
+        # 6-9 % of a 5 ms step, astride the 5 % line between "keeps up" and "moderately input-bound" (it
+        # failed 2 runs in 4); this case is about pin_memory without an accelerator, not that line.
         "pin_memory, no accelerator": (DataLoader(helpers.WorkDataset(48, item_shape=(8,)), batch_size=4,
-                                                  pin_memory=True), 0.005, ["none"]),
+                                                  pin_memory=True), 0.02, ["none"]),
         "no batching, 1 worker": (DataLoader(helpers.WorkDataset(24), batch_size=None, num_workers=1), 0.005,
                                   ["none"]),
         "shuffled, spawn, persistent": (DataLoader(helpers.WorkDataset(48, item_wait_s=0.002), batch_size=4,
