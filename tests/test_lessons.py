@@ -1538,6 +1538,11 @@ def test_decode_rate_leaves_start_up_and_the_tail_out():
     tl = SimpleNamespace(batches=alone + together)
     assert decode_rate(tl) == pytest.approx(640.0)
     assert images_per_s(tl) == pytest.approx(68 * 32 / 3.4)  # the wall-clock rate: every image over 3.4 s
+    # One fetch in four takes 0.3 s, not 0.1: the median fetch would say 640 images/s; together the two
+    # workers decoded 2 × 4 × 32 images in 0.6 s.
+    skewed = [batch(w, t, took) for w in (0, 1)
+              for t, took in ((3.0, 0.1), (3.1, 0.3), (3.4, 0.1), (3.5, 0.1))]
+    assert decode_rate(SimpleNamespace(batches=skewed)) == pytest.approx(256 / 0.6)
 
 
 # -- 15 resume ----------------------------------------------------------------------------------
