@@ -39,12 +39,13 @@ lab: $(STAMP)
 # and notebooks that compare timings, one at a time; then the browser.
 test: lint untimed timed browser
 
-# The notebooks first, handed out a few at a time (--maxschedchunk 1): they are the longest items, so
-# each process starts on two and the unit tests fill in around them. Last, they left one process idle
-# for a minute at the end; first in xdist's default chunks, one process got all five.
+# The unit tests first, the notebooks last (xdist hands items out in this order). With the notebooks
+# first (this session's try, handed out a few at a time with --maxschedchunk 1) notebook 12 stalled in
+# 4 runs of 7: its kernel idle, nbmake waiting about 300 s (the cell timeout), then the test passed;
+# with them last, 0 runs of 4. Not understood yet.
 untimed: $(STAMP)
-	$(NBMAKE_ENV) $(BIN)/python -m pytest -m "not browser and not timing" -q -n 2 --maxschedchunk 1 \
-	  --nbmake --nbmake-timeout=300 $(UNTIMED_NOTEBOOKS) tests
+	$(NBMAKE_ENV) $(BIN)/python -m pytest -m "not browser and not timing" -q -n 2 tests \
+	  --nbmake --nbmake-timeout=300 $(UNTIMED_NOTEBOOKS)
 
 # The notebooks the browser test runs to the end (Run All, every cell's outputs checked as nbmake
 # checks them) are not run again here; `make notebooks` runs them all.
