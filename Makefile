@@ -39,10 +39,10 @@ lab: $(STAMP)
 # and notebooks that compare timings, one at a time; then the browser.
 test: lint untimed timed browser
 
-# The unit tests first, the notebooks last (xdist hands items out in this order). With the notebooks
-# first (this session's try, handed out a few at a time with --maxschedchunk 1) notebook 12 stalled in
-# 4 runs of 7: its kernel idle, nbmake waiting about 300 s (the cell timeout), then the test passed;
-# with them last, 0 runs of 4. Not understood yet.
+# The unit tests first, the notebooks last (xdist hands items out in this order). Handing the notebooks
+# out first saved nothing measurable (236 s against 208 s last), and in 4 runs of 7 notebook 12 stalled
+# about 300 s (its kernel idle, nbmake waiting for the cell timeout, then the test passed). The same
+# stall then hit a timed notebook run one at a time, so the order is not its cause: not understood yet.
 untimed: $(STAMP)
 	$(NBMAKE_ENV) $(BIN)/python -m pytest -m "not browser and not timing" -q -n 2 tests \
 	  --nbmake --nbmake-timeout=300 $(UNTIMED_NOTEBOOKS)
