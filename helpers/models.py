@@ -13,6 +13,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from .system import burn_cpu
+
 
 class ModelledStep:
     """A training step that lasts ``step_s`` seconds and uses no CPU (it sleeps).
@@ -117,13 +119,6 @@ class TrainStep:
         return [float(v) for v in self._losses]
 
 
-def _hold_cpu(cpu_s: float) -> None:
-    """Spin in Python (holding the GIL) until this thread has used ``cpu_s`` of CPU time."""
-    end = time.thread_time() + cpu_s
-    while time.thread_time() < end:
-        pass
-
-
 class HostDeviceStep:
     """A step in two parts, the way a GPU step uses the host: a **host part** (``host_s`` of CPU work
     in the loop's thread, holding the GIL: launching the kernels) queues a **device part**
@@ -144,7 +139,7 @@ class HostDeviceStep:
         self._steps = 0
 
     def __call__(self, batch: Any) -> None:
-        _hold_cpu(self.host_s)  # the launches
+        burn_cpu(self.host_s)  # the launches
         now = time.perf_counter()
         self._device_free = max(self._device_free, now) + self.device_s
         self._steps += 1

@@ -58,6 +58,16 @@ def format_shm(info: dict[str, float]) -> str:
     return f"{info['total_bytes'] / 2**30:.2f} GiB, {info['free_bytes'] / 2**30:.2f} GiB free"
 
 
+def burn_cpu(cpu_s: float) -> None:
+    """Spin in Python (holding the GIL) until this thread has used ``cpu_s`` seconds of CPU time:
+    CPU-bound work, a worker's or the loop's."""
+    if cpu_s <= 0:
+        return
+    end = time.thread_time() + cpu_s
+    while time.thread_time() < end:
+        pass
+
+
 def _spin(barrier, seconds: float, shares) -> None:
     """Burn CPU for ``seconds`` of wall time; report the share of a core this process got."""
     barrier.wait()

@@ -162,7 +162,8 @@ def sizing_case(load_for=None, after_start_s=0.5, frozen_s=0.0, start_method="fo
         )
         for w in (2, 3)
     }
-    collections = CollectionTimes(400_000, [0.2, 0.21, 0.2], after_start_s, 0.2, [frozen_s] * 3, start_method)
+    collections = CollectionTimes(400_000, [0.2, 0.21, 0.2], after_start_s, 0.2, [frozen_s] * 3, start_method,
+                                  [0.2, 0.21, 0.2], after_start_s, [frozen_s] * 3)
     return cal, verify, collections
 
 

@@ -27,14 +27,7 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset, IterableDataset, TensorDataset, get_worker_info
 
-
-def burn_cpu(cpu_s: float) -> None:
-    """Spin until this thread has used ``cpu_s`` seconds of CPU time (CPU-bound work)."""
-    if cpu_s <= 0:
-        return
-    end = time.thread_time() + cpu_s
-    while time.thread_time() < end:
-        pass
+from ..system import burn_cpu
 
 
 def pay(wait_s: float = 0.0, cpu_s: float = 0.0) -> None:

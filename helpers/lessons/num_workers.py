@@ -82,17 +82,16 @@ def checks(calibration: Calibration, verify: dict[int, Timeline],
                             noise_s=noise))
     # CPU times of the collections (helpers/timing/pauses.py): on a busy machine the wall clock also
     # counts the time other processes held the core, which is not the collector's doing.
-    alone, after, frozen = collections.cpu()
-    before = statistics.median(alone)
+    before, after = collections.alone_cpu_median_s, collections.after_start_cpu_s
     out.append(at_least("gc.freeze() makes a full collection at least 5× shorter",
-                        before / max(statistics.median(frozen), 1e-4), 5.0, unit="×",
+                        before / max(collections.frozen_cpu_median_s, 1e-4), 5.0, unit="×",
                         what="CPU time without ÷ with (0.1 ms floor)"))
     claim = "the first full collection after forking workers is slower (it copies shared pages)"
     if collections.start_method != "fork":
         out.append(premise_failed(claim, f"start method {collections.start_method}",
                                   "only forked workers share this process's pages"))
     else:
-        spread = max(alone) - min(alone)
+        spread = max(collections.alone_cpu_s) - min(collections.alone_cpu_s)
         measured = (f"{after * 1e3:.0f} ms vs {before * 1e3:.0f} ms before, CPU time "
                     f"(spread {spread * 1e3:.0f} ms)")
         if after <= before or after >= before + max(2 * spread, 0.005):  # not slower, or clearly slower

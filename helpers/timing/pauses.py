@@ -29,11 +29,6 @@ from typing import Any
 from . import torch_internals
 
 
-def full_collection_s() -> float:
-    """Run one full collection now and return how long it paused this process (s)."""
-    return full_collection()[0]
-
-
 def full_collection() -> tuple[float, float]:
     """Run one full collection now: (the pause in wall-clock seconds, this thread's CPU seconds)."""
     start, start_cpu = clock(), thread_time()
@@ -51,24 +46,26 @@ class CollectionTimes:
     again_s: float  #: the next one (the pages it copied are private by then)
     frozen_s: list[float]  #: repeated collections after ``gc.freeze()``
     start_method: str
-    #: the same collections' CPU time on this thread (None: not measured, the wall times stand in)
-    alone_cpu_s: list[float] | None = None
-    after_start_cpu_s: float | None = None
-    frozen_cpu_s: list[float] | None = None
+    #: the same collections' CPU time on this thread (what the lesson checks compare)
+    alone_cpu_s: list[float]
+    after_start_cpu_s: float
+    frozen_cpu_s: list[float]
 
     @property
     def alone_median_s(self) -> float:
         return statistics.median(self.alone_s)
 
-    def cpu(self) -> tuple[list[float], float, list[float]]:
-        """(alone, after the start, frozen): CPU seconds where measured, else the wall-clock ones."""
-        return (self.alone_cpu_s if self.alone_cpu_s is not None else self.alone_s,
-                self.after_start_cpu_s if self.after_start_cpu_s is not None else self.after_start_s,
-                self.frozen_cpu_s if self.frozen_cpu_s is not None else self.frozen_s)
-
     @property
     def frozen_median_s(self) -> float:
         return statistics.median(self.frozen_s)
+
+    @property
+    def alone_cpu_median_s(self) -> float:
+        return statistics.median(self.alone_cpu_s)
+
+    @property
+    def frozen_cpu_median_s(self) -> float:
+        return statistics.median(self.frozen_cpu_s)
 
 
 def measure_collections(start_workers: Callable[[], Any], start_method: str,
@@ -87,7 +84,7 @@ def measure_collections(start_workers: Callable[[], Any], start_method: str,
     try:
         iterator = start_workers()
         after_start = full_collection()
-        again = full_collection_s()
+        again = full_collection()[0]
     finally:
         if was_enabled:
             gc.enable()
@@ -100,5 +97,4 @@ def measure_collections(start_workers: Callable[[], Any], start_method: str,
     finally:
         gc.unfreeze()
     return CollectionTimes(objects, [w for w, _ in alone], after_start[0], again, [w for w, _ in frozen],
-                           start_method, alone_cpu_s=[c for _, c in alone], after_start_cpu_s=after_start[1],
-                           frozen_cpu_s=[c for _, c in frozen])
+                           start_method, [c for _, c in alone], after_start[1], [c for _, c in frozen])
