@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import psutil
 import pytest
 from conftest import make_loader
@@ -18,6 +20,74 @@ def test_shm_monitor_sees_a_loader_use_shared_memory():
         batches = list(loader)
     assert len(batches) == 4 and shm.samples > 0
     assert shm.peak_extra_bytes >= 2 * (1 << 18) * 4  # at least one batch was in /dev/shm
+
+
+_OTHER_PROGRAM = """
+import os, sys, time
+what, go, done, path = sys.argv[1:]
+held = open(path, "wb")  # like a browser: it holds 16 MiB of /dev/shm open
+if what == "frees":
+    held.write(bytes(16 << 20))
+    held.flush()
+open(os.path.join(os.path.dirname(done), "ready"), "w").write(str(os.getpid()))
+while not os.path.exists(go):
+    time.sleep(0.001)
+if what == "frees":
+    held.close()
+    os.unlink(path)
+else:
+    held.write(bytes(16 << 20))
+    held.flush()
+open(os.path.join(os.path.dirname(done), "moved"), "w").close()
+while not os.path.exists(done):
+    time.sleep(0.001)
+if what == "takes":
+    held.close()
+    os.unlink(path)
+"""
+
+
+@pytest.mark.parametrize("strategy", ["file_descriptor", "file_system"])
+@pytest.mark.parametrize("other", ["frees", "takes"])
+def test_shm_monitor_counts_the_runs_segments_and_not_what_other_programs_do_in_dev_shm(other, strategy,
+                                                                                       tmp_path):
+    # What failed on CI: another program freed /dev/shm as a run began, and a monitor reading the
+    # file system's used space saw the run's own batches as 0.05 MiB. Here another program (not a
+    # child of this process: started through a shell that has exited) frees 16 MiB as the run
+    # begins, or takes 16 MiB during it; the run's budget is 12 MiB.
+    import os
+    import subprocess
+    import sys
+
+    import torch
+
+    batch_bytes = 2 * (1 << 18) * 4
+    path = helpers.failures.SHM / f"dataloader-lab-test-{os.getpid()}-{other}"
+    go, done = tmp_path / "go", tmp_path / "done"
+    subprocess.run(["sh", "-c", f'"{sys.executable}" -c "$0" "$@" >/dev/null 2>&1 &', _OTHER_PROGRAM,
+                    other, str(go), str(done), str(path)], check=True)
+    while not (tmp_path / "ready").exists():
+        time.sleep(0.01)
+    program = psutil.Process(int((tmp_path / "ready").read_text()))
+    assert program.pid not in {p.pid for p in psutil.Process().children(recursive=True)}
+    before = torch.multiprocessing.get_sharing_strategy()
+    torch.multiprocessing.set_sharing_strategy(strategy)
+    try:
+        loader = make_loader(helpers.WorkDataset(16, item_wait_s=0.005, item_shape=(1 << 18,)), batch_size=2,
+                             num_workers=2, prefetch_factor=2, start_method="fork")
+        with helpers.ShmMonitor() as shm:
+            go.touch()
+            while not (tmp_path / "moved").exists():
+                time.sleep(0.001)
+            for _batch in loader:
+                time.sleep(0.05)  # the loop holds the batch while the workers fill their slots
+    finally:
+        torch.multiprocessing.set_sharing_strategy(before)
+        go.touch()
+        done.touch()
+        program.wait(timeout=30)
+    assert not path.exists()
+    assert batch_bytes <= shm.peak_extra_bytes <= (2 * 2 + 2) * batch_bytes
 
 
 def test_fd_demo_fails_for_real_and_clones_fix_it():

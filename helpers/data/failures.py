@@ -3,7 +3,7 @@
 A batch travels from a worker to the loop through shared memory: the worker's
 tensors are moved into a segment in ``/dev/shm``, and (with the default
 ``file_descriptor`` sharing strategy) a file descriptor to it is sent over a Unix
-socket. :class:`ShmMonitor` samples how much of ``/dev/shm`` is in use during a run.
+socket. :class:`ShmMonitor` samples how much of ``/dev/shm`` a run's processes hold.
 
 The demos run in a child process (``python -m helpers.failures …``) so the
 failures are real and the notebook's kernel survives:
@@ -80,31 +80,93 @@ def torch_segments() -> list[str]:
     return sorted(p.name for p in SHM.iterdir() if p.name.startswith("torch_"))
 
 
+def shm_held_bytes(pids: set[int] | None = None) -> int:
+    """Bytes of ``/dev/shm`` that these processes hold (default: this one and its children).
+
+    Counted once per file (by inode): every ``/dev/shm`` file a process has open (``/proc/PID/fd``)
+    or mapped (``/proc/PID/maps``), and every PyTorch segment named after one of them: ATen names
+    a segment ``/torch_<pid of its creator>_<random>_<counter>`` (``NewProcessWideShmHandle`` in
+    ``MapAllocator.cpp``), and with the ``file_system`` strategy a batch in flight is such a named
+    file that no process has mapped yet. Other programs' use of ``/dev/shm`` (a browser's, another
+    notebook's) is left out, which the free space of the file system (:func:`shm_used_bytes`) cannot do.
+    0 where there is no ``/proc`` or ``/dev/shm`` (macOS, Windows).
+    """
+    if not SHM.is_dir() or not Path("/proc/self/maps").exists():
+        return 0
+    if pids is None:
+        pids = _process_tree()
+    sizes: dict[int, int] = {}  # inode -> bytes
+    for pid in pids:
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                try:
+                    if os.readlink(f"/proc/{pid}/fd/{fd}").startswith("/dev/shm/"):
+                        held = os.stat(f"/proc/{pid}/fd/{fd}")
+                        sizes[held.st_ino] = max(sizes.get(held.st_ino, 0), held.st_size)
+                except OSError:  # closed meanwhile
+                    continue
+            with open(f"/proc/{pid}/maps") as maps:
+                for line in maps:
+                    if "/dev/shm/" in line:  # start-end perms offset dev inode path
+                        span, _perms, offset, _dev, inode, _path = line.split(None, 5)
+                        start, end = (int(x, 16) for x in span.split("-"))
+                        sizes[int(inode)] = max(sizes.get(int(inode), 0), int(offset, 16) + end - start)
+        except OSError:  # the process ended meanwhile
+            continue
+    named = tuple(f"torch_{pid}_" for pid in pids)
+    with os.scandir(SHM) as entries:
+        for entry in entries:
+            if entry.name.startswith(named):
+                try:
+                    held = entry.stat()
+                except OSError:
+                    continue
+                sizes[held.st_ino] = max(sizes.get(held.st_ino, 0), held.st_size)
+    return sum(sizes.values())
+
+
+def _process_tree() -> set[int]:
+    import psutil
+
+    pids = {os.getpid()}
+    for child in psutil.Process().children(recursive=True):
+        pids.add(child.pid)
+    return pids
+
+
 class ShmMonitor:
-    """Sample ``/dev/shm`` use in a thread while a block runs::
+    """Sample, in a thread while a block runs, how much of ``/dev/shm`` this process and its
+    children hold (:func:`shm_held_bytes`; other programs' use does not count)::
 
         with ShmMonitor() as shm:
             helpers.record(loader)
-        shm.peak_extra_bytes   # the most above what was in use before
+        shm.peak_extra_bytes   # the most above what they held before
     """
 
-    def __init__(self, interval_s: float = 0.002):
+    def __init__(self, interval_s: float = 0.005):
         self.interval_s = interval_s
         self.baseline_bytes = 0
         self.peak_bytes = 0
         self.samples = 0
+        self._pids: set[int] = set()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
+    def _sample(self) -> int:
+        # Every process seen in the tree stays counted: a worker that has exited can leave a
+        # named segment behind (file_system), and that is this run's too.
+        self._pids |= _process_tree()
+        return shm_held_bytes(self._pids)
+
     def _run(self) -> None:
         while not self._stop.is_set():
-            used = shm_used_bytes() or 0
-            self.peak_bytes = max(self.peak_bytes, used)
+            self.peak_bytes = max(self.peak_bytes, self._sample())
             self.samples += 1
             time.sleep(self.interval_s)
 
     def __enter__(self) -> ShmMonitor:
-        self.baseline_bytes = self.peak_bytes = shm_used_bytes() or 0
+        self._pids = set()
+        self.baseline_bytes = self.peak_bytes = self._sample()
         self._thread = threading.Thread(target=self._run, name="ShmMonitor", daemon=True)
         self._thread.start()
         return self
