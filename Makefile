@@ -36,8 +36,11 @@ lab: $(STAMP)
 
 # The same tests as `unit notebooks browser`, grouped by what may share the cores: everything that
 # compares no timings (unit tests and the untimed notebooks) in one run, two at a time; then the tests
-# and notebooks that compare timings, one at a time; then the browser.
-test: lint untimed timed browser
+# and notebooks that compare timings, one at a time; then the browser. All of it inside
+# scripts/leftovers.py, which gives the run a temporary folder of its own and fails it if a process,
+# a file in that folder or a /dev/shm segment is left behind at the end.
+test: $(STAMP)
+	$(BIN)/python scripts/leftovers.py -- $(MAKE) --no-print-directory lint untimed timed browser
 
 # The unit tests first, the notebooks last (xdist hands items out in this order). Handing the notebooks
 # out first saved nothing measurable (236 s against 208 s last), and in 4 runs of 7 notebook 12 stalled

@@ -62,3 +62,42 @@ def test_quota_caps_the_command_and_its_children_and_leaves_no_group():
     assert "throttled in" in lines[-1]
     group = lines[0].split("cgroup ")[1].split()[1].rstrip(")")
     assert not Path(group).exists()  # removed afterwards
+
+
+# -- leftovers.py: make test fails when a run leaves something behind ---------------------------------
+def run_leftovers(code: str):
+    return subprocess.run([sys.executable, str(ROOT / "scripts" / "leftovers.py"), "--grace-s", "1", "--",
+                           sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+
+
+def test_leftovers_passes_a_clean_command_on_with_its_exit_status():
+    done = run_leftovers("import os, sys, tempfile\n"
+                         "with tempfile.TemporaryDirectory() as d:\n"
+                         "    assert d.startswith(os.environ['TMPDIR'])\n"
+                         "sys.exit(4)")
+    assert done.returncode == 4, done.stderr
+    assert "left these behind" not in done.stderr
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir() or not Path("/dev/shm").is_dir(), reason="needs Linux")
+def test_leftovers_finds_a_folder_a_detached_process_and_a_segment_and_removes_them():
+    code = ("import os, subprocess, sys, tempfile\n"
+            "tempfile.mkdtemp(prefix='pymp-')\n"
+            "tempfile.mkdtemp(prefix='pytest-of-')\n"  # pytest's own, kept by design
+            "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'],\n"
+            "                 start_new_session=True)\n"
+            "open(f'/dev/shm/torch_{os.getpid()}_0_0', 'wb').close()\n")
+    done = run_leftovers(code)
+    assert done.returncode == 1
+    assert "in its temporary folder: pymp-" in done.stderr and "pytest-of-" not in done.stderr
+    assert "a process still running" in done.stderr and "time.sleep(60)" in done.stderr
+    assert "a shared-memory segment: /dev/shm/torch_" in done.stderr
+    assert not [p for p in psutil.process_iter(["cmdline"])
+                if "time.sleep(60)" in " ".join(p.info["cmdline"] or [])]
+    assert not [p for p in Path("/dev/shm").glob("torch_*_0_0")]
+
+
+def test_leftovers_refuses_a_missing_command():
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "leftovers.py")], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 2 and "give the command to run after --" in done.stderr

@@ -28,6 +28,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -220,8 +221,12 @@ def run_demo(*args: str, shm_mb: int | None = None, timeout_s: float = 180) -> D
         inner = " ".join(_quote(a) for a in command)
         command = ["unshare", "-rm", "sh", "-c",
                    f"mount -t tmpfs -o size={int(shm_mb)}m tmpfs /dev/shm && exec {inner}"]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s,
-                          cwd=repo_root())
+    # A demo that fails for real ends with its DataLoader workers terminated, and a terminated worker
+    # leaves its multiprocessing folder (pymp-*, a socket of the resource sharer) in the temporary
+    # folder: the child gets a folder of its own, removed with whatever is left in it.
+    with tempfile.TemporaryDirectory(prefix="dllab-demo-", ignore_cleanup_errors=True) as tmp:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s,
+                              cwd=repo_root(), env={**os.environ, "TMPDIR": tmp})
     output = done.stdout + done.stderr
     result: dict[str, Any] = {}
     for line in done.stdout.splitlines():

@@ -50,7 +50,7 @@ def launch(
         raise ValueError(f"kill_rank must be a rank, 0 to {nproc - 1}, got {kill_rank}")
     workers = num_workers if isinstance(num_workers, dict) else {r: num_workers for r in range(nproc)}
     root = repo_root()
-    with tempfile.TemporaryDirectory(prefix="dllab-torchrun-") as out:
+    with tempfile.TemporaryDirectory(prefix="dllab-torchrun-", ignore_cleanup_errors=True) as out:
         config = dict(
             n=n,
             batch_size=batch_size,
@@ -88,6 +88,9 @@ def launch(
             "OMP_NUM_THREADS": "1",
             "PYTHONPATH": str(root) + os.pathsep + os.environ.get("PYTHONPATH", ""),
             "TQDM_DISABLE": "1",
+            # torchrun's agent makes a log folder there (torchelastic_*) and leaves it; the ranks' workers
+            # make their multiprocessing folders there (pymp-*): all of it goes with ``out``.
+            "TMPDIR": out,
         }
         start = time.monotonic()
         process = subprocess.Popen(

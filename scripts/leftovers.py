@@ -1,0 +1,106 @@
+"""Run a command and fail if it leaves anything behind: ``python scripts/leftovers.py -- make untimed``.
+
+The lab promises that its servers, workers and failure demos leave no process, temporary folder
+or shared-memory segment behind. ``make test`` runs inside this script, which checks it:
+
+* the command runs with ``TMPDIR`` set to a fresh folder, so every temporary file or folder any of
+  its processes makes (Python's ``tempfile``, multiprocessing's ``pymp-*``, torchrun's
+  ``torchelastic_*``, PyTorch's ``torch-shm-dir-*``) lands there;
+* when it has ended, the script waits up to ``--grace-s`` for what stops on its own (PyTorch's
+  ``torch_shm_manager`` exits shortly after its last client), then lists what is left:
+  - files and folders in that folder — except ``pytest-of-*``, pytest's own base folders for
+    ``tmp_path``, which pytest keeps for the last three runs by design;
+  - processes that still carry that ``TMPDIR`` in their environment (they were started by the
+    command, even those that left its process tree with a session of their own);
+  - PyTorch segments (``torch_*``) in ``/dev/shm`` that were not there before;
+* it stops those processes, removes the folder and exits 1 if it found anything, else with the
+  command's own status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+SHM = Path("/dev/shm")
+KEPT_BY_DESIGN = ("pytest-of-",)
+
+
+def torch_segments() -> set[str]:
+    return {p.name for p in SHM.iterdir() if p.name.startswith("torch_")} if SHM.is_dir() else set()
+
+
+def processes_with(tmpdir: str) -> list[tuple[int, str]]:
+    """(pid, command line) of every process whose environment has ``TMPDIR=tmpdir``."""
+    wanted = f"TMPDIR={tmpdir}".encode()
+    found = []
+    for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else []:
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if wanted in (entry / "environ").read_bytes().split(b"\0"):
+                command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                found.append((int(entry.name), command.strip()))
+        except OSError:  # ended meanwhile, or not ours to read
+            continue
+    return found
+
+
+def left_in(tmpdir: Path) -> list[str]:
+    return sorted(p.name for p in tmpdir.iterdir() if not p.name.startswith(KEPT_BY_DESIGN))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--grace-s", type=float, default=10.0,
+                        help="how long to wait for what ends on its own (default 10 s)")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- the command to run")
+    options = parser.parse_args(argv)
+    command = options.command[1:] if options.command[:1] == ["--"] else options.command
+    if not command:
+        parser.error("give the command to run after --, e.g. -- make untimed")
+
+    segments_before = torch_segments()
+    tmpdir = Path(tempfile.mkdtemp(prefix="dllab-run-"))
+    try:
+        status = subprocess.call(command, env={**os.environ, "TMPDIR": str(tmpdir)})
+        deadline = time.monotonic() + options.grace_s
+        while True:
+            files, processes = left_in(tmpdir), processes_with(str(tmpdir))
+            segments = sorted(torch_segments() - segments_before)
+            if not (files or processes or segments) or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        if files or processes or segments:
+            print(f"\nleftovers.py: the command left these behind ({options.grace_s:.0f} s after it ended):",
+                  file=sys.stderr)
+            for name in files:
+                print(f"  in its temporary folder: {name}", file=sys.stderr)
+            for pid, cmdline in processes:
+                print(f"  a process still running: {pid} {cmdline[:200]}", file=sys.stderr)
+            for name in segments:
+                print(f"  a shared-memory segment: /dev/shm/{name}", file=sys.stderr)
+            print("Each test, notebook and demo must stop what it starts and remove what it makes; "
+                  "these were removed now.", file=sys.stderr)
+            for pid, _ in processes:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            for name in segments:
+                (SHM / name).unlink(missing_ok=True)
+            return 1
+        return status
+    finally:
+        shutil.rmtree(tmpdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
