@@ -57,7 +57,7 @@ timed: $(STAMP)
 	$(NBMAKE) $(filter-out $(BROWSER_NOTEBOOKS),$(TIMED_NOTEBOOKS))
 
 lint: $(STAMP)
-	$(BIN)/ruff check helpers tests notebooks benchmarks scripts
+	$(BIN)/ruff check conftest.py helpers tests notebooks benchmarks scripts
 
 # Tests that compare real timings run alone, after the rest, which run two at a time (tests/conftest.py).
 unit: $(STAMP)
