@@ -8,8 +8,11 @@ or shared-memory segment behind. ``make test`` runs inside this script, which ch
   ``torchelastic_*``, PyTorch's ``torch-shm-dir-*``) lands there;
 * when it has ended, the script waits up to ``--grace-s`` for what stops on its own (PyTorch's
   ``torch_shm_manager`` exits shortly after its last client), then lists what is left:
-  - files and folders in that folder — except ``pytest-of-*``, pytest's own base folders for
-    ``tmp_path``, which pytest keeps for the last three runs by design;
+  - files and folders in that folder — except two that their makers keep there by design and
+    reuse, one per user, not one per run: ``pytest-of-<user>`` (pytest's base folder for
+    ``tmp_path``, which keeps the last three runs) and ``torchinductor_<user>`` (``torch.compile``'s
+    cache, notebook 18: torch makes it even with the eager backend and ``TORCHINDUCTOR_CACHE_DIR``
+    set, ``torch/_inductor/runtime/cache_dir_utils.py``);
   - processes that still carry that ``TMPDIR`` in their environment (they were started by the
     command, even those that left its process tree with a session of their own);
   - PyTorch segments (``torch_*``) in ``/dev/shm`` that were not there before;
@@ -30,7 +33,7 @@ import time
 from pathlib import Path
 
 SHM = Path("/dev/shm")
-KEPT_BY_DESIGN = ("pytest-of-",)
+KEPT_BY_DESIGN = ("pytest-of-", "torchinductor_")
 
 
 def torch_segments() -> set[str]:
@@ -55,6 +58,16 @@ def processes_with(tmpdir: str) -> list[tuple[int, str]]:
 
 def left_in(tmpdir: Path) -> list[str]:
     return sorted(p.name for p in tmpdir.iterdir() if not p.name.startswith(KEPT_BY_DESIGN))
+
+
+def describe(path: Path) -> str:
+    """The name, when it was made, and what it holds (a clue to which test or notebook made it)."""
+    try:
+        made = time.strftime("%H:%M:%S", time.localtime(path.lstat().st_mtime))
+        inside = sorted(p.name for p in path.iterdir())[:5] if path.is_dir() else []
+    except OSError:
+        return path.name
+    return f"{path.name} (last changed {made}" + (f"; holds {', '.join(inside)}" if inside else "") + ")"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -82,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\nleftovers.py: the command left these behind ({options.grace_s:.0f} s after it ended):",
                   file=sys.stderr)
             for name in files:
-                print(f"  in its temporary folder: {name}", file=sys.stderr)
+                print(f"  in its temporary folder: {describe(tmpdir / name)}", file=sys.stderr)
             for pid, cmdline in processes:
                 print(f"  a process still running: {pid} {cmdline[:200]}", file=sys.stderr)
             for name in segments:

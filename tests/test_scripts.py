@@ -84,12 +84,14 @@ def test_leftovers_finds_a_folder_a_detached_process_and_a_segment_and_removes_t
     code = ("import os, subprocess, sys, tempfile\n"
             "tempfile.mkdtemp(prefix='pymp-')\n"
             "tempfile.mkdtemp(prefix='pytest-of-')\n"  # pytest's own, kept by design
+            "os.mkdir(os.path.join(tempfile.gettempdir(), 'torchinductor_me'))\n"  # torch.compile's
             "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'],\n"
             "                 start_new_session=True)\n"
             "open(f'/dev/shm/torch_{os.getpid()}_0_0', 'wb').close()\n")
     done = run_leftovers(code)
     assert done.returncode == 1
-    assert "in its temporary folder: pymp-" in done.stderr and "pytest-of-" not in done.stderr
+    assert "in its temporary folder: pymp-" in done.stderr
+    assert "pytest-of-" not in done.stderr and "torchinductor_" not in done.stderr
     assert "a process still running" in done.stderr and "time.sleep(60)" in done.stderr
     assert "a shared-memory segment: /dev/shm/torch_" in done.stderr
     assert not [p for p in psutil.process_iter(["cmdline"])

@@ -244,6 +244,9 @@ def _child(config: dict, folder: Path) -> subprocess.Popen:
         return subprocess.Popen(
             [sys.executable, "-m", "helpers._resume_child", json.dumps(config)],
             cwd=root,
+            # A child killed with SIGKILL takes its DataLoader workers down with it, and each leaves its
+            # multiprocessing folder (pymp-*) in the temporary folder: here, ``folder``, removed after.
+            env={**os.environ, "TMPDIR": str(folder)},
             stdout=subprocess.DEVNULL,
             stderr=errors,
         )
