@@ -4,9 +4,9 @@ import time
 
 import pytest
 import torch
-from conftest import make_loader
 
 import helpers
+from conftest import make_loader
 
 
 def test_sleep_costs_wait_and_busy_costs_cpu():

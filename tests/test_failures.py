@@ -6,9 +6,9 @@ import time
 
 import psutil
 import pytest
-from conftest import make_loader
 
 import helpers
+from conftest import make_loader
 
 pytestmark = pytest.mark.skipif(helpers.shm_used_bytes() is None, reason="needs /dev/shm (Linux)")
 

@@ -5,9 +5,9 @@ configurations are exact and the tests fast; the notebooks run the same checks o
 from __future__ import annotations
 
 import pytest
-from conftest import make_loader
 
 import helpers
+from conftest import make_loader
 from helpers.lessons import baseline
 
 N, Y = 0.2, 0.05  # the blog experiment in smoke sizes: 0.2 s per item, a 0.05 s step

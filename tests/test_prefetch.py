@@ -9,9 +9,9 @@ import time
 
 import pytest
 import torch
-from conftest import make_loader
 
 import helpers
+from conftest import make_loader
 from helpers.data import prefetch
 
 

@@ -1,9 +1,9 @@
 """LoaderSettings: one type for a DataLoader's knobs, with errors that name the fix."""
 
 import pytest
-from conftest import make_loader
 
 import helpers
+from conftest import make_loader
 
 
 @pytest.mark.parametrize("kwargs, fix", [

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import make_loader
 
 import helpers
+from conftest import make_loader
 
 
 @pytest.fixture(scope="module")

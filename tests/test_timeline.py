@@ -8,10 +8,10 @@ import statistics
 
 import pytest
 import torch
-from conftest import make_loader
 from torch.utils.data import DataLoader, get_worker_info
 
 import helpers
+from conftest import make_loader
 from helpers.timing.hooks import RecordingWorkerInit
 
 

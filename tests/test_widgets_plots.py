@@ -14,9 +14,9 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
-from conftest import make_loader  # noqa: E402
 
 import helpers  # noqa: E402
+from conftest import make_loader  # noqa: E402
 from helpers.explorers.base import Explorer  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

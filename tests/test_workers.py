@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 
 import pytest
-from conftest import make_loader
 
 import helpers
+from conftest import make_loader
 
 
 def epochs_seen(loader, epochs=3, before_epoch=None):
