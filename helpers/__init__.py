@@ -232,6 +232,10 @@ def _draw_diagnosis(diagnosis: Diagnosis, title: str | None = None) -> Any:
 
 importlib.import_module("helpers.timing.diagnosis.result").draw = _draw_diagnosis
 
+# Inside a notebook's kernel: a shutdown that does not wait 29 s for exited children, so the
+# kernel exits cleanly before its frontend's SIGTERM (helpers.system, reap_children_at_kernel_shutdown).
+importlib.import_module("helpers.system").reap_children_at_kernel_shutdown()
+
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:

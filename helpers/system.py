@@ -45,6 +45,58 @@ def use_start_method() -> str:
     return method
 
 
+#: Python's multiprocessing helpers, which spawn and forkserver workers start once per process: each
+#: exits by itself when this process has gone (its pipe to it closes). The resource tracker ignores
+#: SIGTERM by design (``multiprocessing/resource_tracker.py``).
+MP_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
+
+
+def reap_children_at_kernel_shutdown() -> bool:
+    """In a Jupyter kernel: a shutdown that does not wait for children that go by themselves.
+
+    On a shutdown request ipykernel (7.4, ``kernelbase._progressively_terminate_all_children``)
+    signals its child processes — SIGTERM, then SIGKILL — and waits, from 0.01 s up to 10 s each
+    round, until ``psutil.Process().children()`` finds none: about 29 s in all. After a spawn or
+    forkserver DataLoader the kernel's children include Python's resource tracker, which ignores
+    SIGTERM, and children that have exited but that nobody has waited for (zombies, which that
+    list still holds). So the kernel waits the whole time; JupyterLab and nbclient do not: they
+    stop it with SIGTERM after 2.5 s, and a process stopped so runs none of Python's clean-up
+    (multiprocessing's ``pymp-*`` folders stay in the temporary folder, one per kernel).
+
+    Here the kernel's shutdown leaves out the resource tracker and the forkserver (:data:`MP_HELPERS`,
+    which exit by themselves once the kernel has) and reaps its zombies, so it goes on at once
+    and exits cleanly. Returns whether the kernel was patched (False outside a kernel, or where
+    ipykernel has no such method)."""
+    if "ipykernel" not in sys.modules:
+        return False
+    try:
+        import psutil
+        from ipykernel.kernelbase import Kernel
+    except ImportError:
+        return False
+    original = getattr(Kernel, "_process_children", None)
+    if original is None or getattr(original, "_dllab_reaps", False):
+        return original is not None
+
+    def _process_children(self):
+        running = []
+        for child in original(self):
+            try:
+                if child.status() == psutil.STATUS_ZOMBIE:
+                    child.wait(timeout=0)  # it is this process's child: this reaps it
+                    continue
+                if any(helper in " ".join(child.cmdline()) for helper in MP_HELPERS):
+                    continue
+            except (psutil.Error, ChildProcessError):
+                continue  # gone meanwhile
+            running.append(child)
+        return running
+
+    _process_children._dllab_reaps = True
+    Kernel._process_children = _process_children
+    return True
+
+
 def shm_info(path: str = "/dev/shm") -> dict[str, float] | None:
     """Size and free space of the shared-memory filesystem in bytes, or None if absent."""
     if not Path(path).is_dir():

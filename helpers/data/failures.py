@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import repo_root
+from ..system import MP_HELPERS as _MP_HELPERS  # Python's resource tracker and forkserver
 
 SHM = Path("/dev/shm")
 
@@ -46,11 +47,6 @@ def shm_used_bytes() -> int | None:
         return None
     stat = os.statvfs(SHM)
     return (stat.f_blocks - stat.f_bfree) * stat.f_frsize
-
-
-#: Python's own helper processes: started once per process for spawn and forkserver, and kept
-#: alive by design until it exits — not something a DataLoader leaves behind.
-_MP_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
 
 
 def child_processes() -> set[int]:
