@@ -13,8 +13,9 @@ late, with the kernel idle the whole time — what py-spy showed in the stalls.
 The patch below polls in slices of ``SLICE_S``: each slice ends with that same non-blocking check,
 so a missed wake-up costs at most a slice. It changes when a reply already there is noticed, not
 what is waited for: a cell that runs past the timeout fails at the same moment as before. A reply
-found only at the end of a slice is reported as a warning (a missed wake-up, or a reply that came
-in the slice's last instant), so the summary of each run says how often it happened.
+found only at the end of a slice is reported as a ``RuntimeWarning`` starting ``MissedWakeUp:``
+(a missed wake-up, or a reply that came in the slice's last instant), so the summary of each run
+says how often it happened.
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ from queue import Empty
 SLICE_S = 1.0
 
 
-class MissedWakeUp(UserWarning):
-    """A zmq reply was there when a poll slice ended, but the poll had not woken for it."""
+#: The warnings' category is a builtin one: pytest-xdist sends each warning to the controller by its
+#: class's module and name, and there ``conftest`` is the tests' conftest, not this one.
+MISSED_WAKE_UP = "MissedWakeUp"
 
 
 def _sliced_get_msg():
@@ -42,9 +44,9 @@ def _sliced_get_msg():
             ready = await self.socket.poll(int(slice_s * 1000))
             if ready:
                 if slice_s > 0 and time.monotonic() - started >= slice_s:
-                    warnings.warn(f"the notebook client's poll did not wake for a zmq message; found at the "
-                                  f"end of a {slice_s:.1f} s slice (unpatched: at the cell timeout)",
-                                  MissedWakeUp, stacklevel=2)
+                    warnings.warn(f"{MISSED_WAKE_UP}: the notebook client's poll did not wake for a zmq "
+                                  f"message; found at the end of a {slice_s:.1f} s slice (unpatched: at the "
+                                  f"cell timeout)", RuntimeWarning, stacklevel=2)
                 return await self._recv()
             if left is not None and left <= slice_s:
                 raise Empty

@@ -75,7 +75,7 @@ def reap_children_at_kernel_shutdown() -> bool:
     except ImportError:
         return False
     original = getattr(Kernel, "_process_children", None)
-    if original is None or getattr(original, "_dllab_reaps", False):
+    if original is None or getattr(original, "dllab_reaps", False):
         return original is not None
 
     def _process_children(self):
@@ -92,7 +92,7 @@ def reap_children_at_kernel_shutdown() -> bool:
             running.append(child)
         return running
 
-    _process_children._dllab_reaps = True
+    _process_children.dllab_reaps = True
     Kernel._process_children = _process_children
     return True
 

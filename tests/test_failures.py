@@ -25,12 +25,13 @@ def test_shm_monitor_sees_a_loader_use_shared_memory():
 _OTHER_PROGRAM = """
 import os, sys, time
 what, go, done, path = sys.argv[1:]
+give_up = time.monotonic() + 60  # should the test itself be stopped, this program still ends
 held = open(path, "wb")  # like a browser: it holds 16 MiB of /dev/shm open
 if what == "frees":
     held.write(bytes(16 << 20))
     held.flush()
 open(os.path.join(os.path.dirname(done), "ready"), "w").write(str(os.getpid()))
-while not os.path.exists(go):
+while not os.path.exists(go) and time.monotonic() < give_up:
     time.sleep(0.001)
 if what == "frees":
     held.close()
@@ -39,7 +40,7 @@ else:
     held.write(bytes(16 << 20))
     held.flush()
 open(os.path.join(os.path.dirname(done), "moved"), "w").close()
-while not os.path.exists(done):
+while not os.path.exists(done) and time.monotonic() < give_up:
     time.sleep(0.001)
 if what == "takes":
     held.close()
