@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -85,7 +87,7 @@ def test_a_worker_dying_at_shutdown_is_a_warning_and_other_errors_raise():
         shutdown_workers(_Iterator(ValueError("DataLoader worker")))
 
 
-def test_a_kernel_with_a_forkserver_shuts_down_cleanly_once_it_imported_helpers(tmp_path):
+def test_a_kernel_with_a_forkserver_shuts_down_cleanly_once_it_imported_helpers():
     # Unpatched, ipykernel waits ~29 s at shutdown for its children (the resource tracker ignores
     # SIGTERM), the frontend's SIGTERM comes after 2.5 s and skips Python's clean-up: 2.6 s, and a
     # pymp-* folder left in the temporary folder (helpers.system.reap_children_at_kernel_shutdown).
@@ -94,6 +96,9 @@ def test_a_kernel_with_a_forkserver_shuts_down_cleanly_once_it_imported_helpers(
     from jupyter_client.manager import KernelManager
 
     root = Path(__file__).resolve().parent.parent
+    # A short folder of its own (not tmp_path): the forkserver's socket goes in a pymp-* folder
+    # inside it, and a Unix socket's path has at most 107 characters.
+    tmp_path = Path(tempfile.mkdtemp(prefix="k-"))
     km = KernelManager(kernel_name="python3")
     km.start_kernel(cwd=str(root), env={**os.environ, "TMPDIR": str(tmp_path)})
     kc = km.client()
@@ -110,4 +115,5 @@ def test_a_kernel_with_a_forkserver_shuts_down_cleanly_once_it_imported_helpers(
         km.shutdown_kernel()  # jupyter_client: SIGTERM if the kernel is still alive after 2.5 s
         took = time.monotonic() - start
     left = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("pymp-"))
+    shutil.rmtree(tmp_path)
     assert not left, f"a kernel stopped by SIGTERM after {took:.1f} s left {left}"
