@@ -4,6 +4,7 @@ sampled for real (a list is copied into forked workers, an array is not), epochs
 from __future__ import annotations
 
 import multiprocessing as mp
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -124,3 +125,31 @@ def test_workers_are_found_under_spawn_and_forkserver_but_not_the_helpers(method
     del iterator
     run, _, memory = helpers.measure_memory(loader, helpers.ModelledStep(0.01), progress=False)
     assert len(memory.pids()) == 2 and run.start_method == method
+
+
+def _vm_flags(address: int) -> list[str] | None:
+    """The VmFlags of the mapping holding ``address`` (/proc/self/smaps), None if not found."""
+    inside = False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()[0]
+        if "-" in head and ":" not in head:  # a mapping's first line: start-end perms ...
+            start, end = (int(x, 16) for x in head.split("-"))
+            inside = start <= address < end
+        elif inside and line.startswith("VmFlags:"):
+            return line.split()[1:]
+    return None
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="needs Linux")
+def test_the_lessons_numpy_arrays_are_made_without_numpy_s_huge_page_hint():
+    # NumPy marks arrays of 4 MiB or more MADV_HUGEPAGE ("hg"); khugepaged may then copy them
+    # in one process after fork, and a worker's pages stop being shared without any reading.
+    hinted = np.zeros(8 << 20, dtype=np.uint8)
+    # NumPy advises the array's huge-page-aligned middle only: look there.
+    if "hg" not in (_vm_flags(hinted.ctypes.data + hinted.nbytes // 2) or []):
+        pytest.skip("this NumPy or kernel gives no huge-page hint")
+    paths = helpers.make_paths(600_000)  # 27 bytes each: 15 MiB as fixed-width bytes, 4.6 MiB of pointers
+    for storage in ("numpy bytes", "object array"):
+        data = helpers.PathDataset(paths, storage).data
+        assert data.nbytes >= 4 << 20
+        assert "hg" not in _vm_flags(data.ctypes.data + data.nbytes // 2), storage

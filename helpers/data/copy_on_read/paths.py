@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -29,6 +30,33 @@ def make_paths(n: int) -> list[str]:
     return [_name(i) for i in range(n)]
 
 
+@contextlib.contextmanager
+def no_hugepage_hint() -> Iterator[None]:
+    """Make NumPy arrays, inside the block, without its transparent-huge-page hint.
+
+    On Linux NumPy asks the kernel for transparent huge pages for every array of 4 MiB or more
+    (``madvise``; numpy.org, "Global state": madvise hugepage on Linux, ``NUMPY_MADVISE_HUGEPAGE``).
+    Where ``/sys/kernel/mm/transparent_hugepage/enabled`` says ``madvise`` or ``always``, the
+    kernel's ``khugepaged`` may later merge such an array's pages into huge pages in one process
+    — a copy — and a forked worker's pages of it stop being shared though nobody wrote to it.
+    Notebook 12 compares what *reading* copies, so its arrays are made without the hint. (A run
+    here once saw a numpy-bytes worker 8.4 MiB above a no-data worker: the array's 7.7 MiB and
+    the usual 0.7.)"""
+    try:
+        from numpy._core.multiarray import _set_madvise_hugepage
+    except ImportError:  # NumPy 1.x
+        try:
+            from numpy.core.multiarray import _set_madvise_hugepage
+        except ImportError:
+            yield
+            return
+    previous = _set_madvise_hugepage(False)
+    try:
+        yield
+    finally:
+        _set_madvise_hugepage(previous)
+
+
 def _encode(paths: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
     """One uint8 buffer with every string's UTF-8 bytes, and ``len(paths) + 1`` offsets."""
     encoded = [p.encode() for p in paths]
@@ -49,6 +77,10 @@ class PathDataset(Dataset):
         self.length = len(paths)
         self.data: Any = None
         self.offsets: Any = None
+        with no_hugepage_hint():
+            self._hold(paths, storage)
+
+    def _hold(self, paths: Sequence[str], storage: str) -> None:
         if storage == "list":
             self.data = list(paths)
         elif storage == "object array":
