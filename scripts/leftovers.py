@@ -61,13 +61,21 @@ def left_in(tmpdir: Path) -> list[str]:
 
 
 def describe(path: Path) -> str:
-    """The name, when it was made, and what it holds (a clue to which test or notebook made it)."""
+    """The name, when it last changed, and what it is (a clue to which test or notebook made it)."""
     try:
         made = time.strftime("%H:%M:%S", time.localtime(path.lstat().st_mtime))
-        inside = sorted(p.name for p in path.iterdir())[:5] if path.is_dir() else []
+        if path.is_symlink() or path.is_socket():
+            what = "a socket" if path.is_socket() else "a link"
+        elif path.is_dir():
+            inside = sorted(p.name for p in path.iterdir())
+            what = f"a folder holding {', '.join(inside[:5])}" if inside else "an empty folder"
+        else:
+            size = path.stat().st_size
+            head = path.read_bytes()[:60] if size else b""
+            what = f"a file of {size} bytes" + (f" starting {head!r}" if head else "")
     except OSError:
         return path.name
-    return f"{path.name} (last changed {made}" + (f"; holds {', '.join(inside)}" if inside else "") + ")"
+    return f"{path.name} ({what}; last changed {made})"
 
 
 def main(argv: list[str] | None = None) -> int:
