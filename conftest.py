@@ -1,62 +1,16 @@
 """pytest's root conftest (every run: the unit tests and nbmake's notebook tests).
 
-A workaround for a missed wake-up in the notebook client, which cost `make test` 300 s in about
-half its runs (README, "How long make test takes").
-
-nbmake runs each notebook with nbclient, which waits for a cell's reply with one ``zmq.asyncio``
-poll on the shell channel that lasts the whole cell timeout (``--nbmake-timeout=300``). pyzmq joins
-zmq to asyncio through zmq's *edge-triggered* file descriptor: when a wake-up is missed, the poll
-returns only at its timeout, where pyzmq's last non-blocking check (``zmq/_future.py``,
-``on_poll_ready``) finds the reply that had been waiting all along. The test then passes, 300 s
-late, with the kernel idle the whole time — what py-spy showed in the stalls.
-
-The patch below polls in slices of ``SLICE_S``: each slice ends with that same non-blocking check,
-so a missed wake-up costs at most a slice. It changes when a reply already there is noticed, not
-what is waited for: a cell that runs past the timeout fails at the same moment as before. A reply
-found only at the end of a slice is reported as a ``RuntimeWarning`` starting ``MissedWakeUp:``
-(a missed wake-up, or a reply that came in the slice's last instant), so the summary of each run
-says how often it happened.
+It installs the workaround for a missed wake-up in the notebook client (``scripts/nbclient_poll.py``):
+nbmake's wait for a cell's reply is polled in slices, so a missed zmq wake-up costs a second, not
+the 300 s cell timeout.
 """
 
 from __future__ import annotations
 
-import time
-import warnings
-from queue import Empty
+import sys
+from pathlib import Path
 
-SLICE_S = 1.0
+sys.path.insert(0, str(Path(__file__).resolve().parent / "scripts"))
+import nbclient_poll  # noqa: E402
 
-
-#: The warnings' category is a builtin one: pytest-xdist sends each warning to the controller by its
-#: class's module and name, and there ``conftest`` is the tests' conftest, not this one.
-MISSED_WAKE_UP = "MissedWakeUp"
-
-
-def _sliced_get_msg():
-    async def get_msg(self, timeout: float | None = None):
-        """Get a message, polling in slices of ``SLICE_S`` until ``timeout`` (None: no limit)."""
-        assert self.socket is not None
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            slice_s = SLICE_S if left is None else min(SLICE_S, left)
-            started = time.monotonic()
-            ready = await self.socket.poll(int(slice_s * 1000))
-            if ready:
-                if slice_s > 0 and time.monotonic() - started >= slice_s:
-                    warnings.warn(f"{MISSED_WAKE_UP}: the notebook client's poll did not wake for a zmq "
-                                  f"message; found at the end of a {slice_s:.1f} s slice (unpatched: at the "
-                                  f"cell timeout)", RuntimeWarning, stacklevel=2)
-                return await self._recv()
-            if left is not None and left <= slice_s:
-                raise Empty
-
-    return get_msg
-
-
-try:
-    from jupyter_client.channels import AsyncZMQSocketChannel
-except ImportError:  # no Jupyter in this environment: nothing to patch
-    pass
-else:
-    AsyncZMQSocketChannel.get_msg = _sliced_get_msg()
+nbclient_poll.install()

@@ -38,7 +38,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
+import nbclient_poll  # noqa: E402
 import notebook_table  # noqa: E402
+
+# Without it a missed zmq wake-up holds a page up to the 900 s cell timeout, the kernel idle
+# (seen in make test's handout test, whose 600 s limit then failed it).
+nbclient_poll.install()
 
 NPM = {  # file in the package → (tarball, path inside it)
     "embed-amd.js": ("https://registry.npmjs.org/@jupyter-widgets/html-manager/-/html-manager-1.0.15.tgz",

@@ -1,9 +1,12 @@
-"""The root conftest's workaround for the notebook client's missed zmq wake-ups (see conftest.py)."""
+"""The workaround for the notebook client's missed zmq wake-ups (scripts/nbclient_poll.py), installed
+by the root conftest and by scripts/handouts.py."""
 
 from __future__ import annotations
 
 import asyncio
 import importlib.util
+import subprocess
+import sys
 import time
 from pathlib import Path
 from queue import Empty
@@ -13,8 +16,10 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def root_conftest():
-    spec = importlib.util.spec_from_file_location("dllab_root_conftest", ROOT / "conftest.py")
+def poll_module():
+    """scripts/nbclient_poll.py, loaded afresh (a test may change its SLICE_S)."""
+    path = ROOT / "scripts" / "nbclient_poll.py"
+    spec = importlib.util.spec_from_file_location("dllab_nbclient_poll", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -42,20 +47,20 @@ class Channel:
 
 
 def test_a_missed_wake_up_costs_a_slice_not_the_timeout(monkeypatch):
-    conftest = root_conftest()
-    monkeypatch.setattr(conftest, "SLICE_S", 0.05)
-    get_msg = conftest._sliced_get_msg()
+    poll = poll_module()
+    monkeypatch.setattr(poll, "SLICE_S", 0.05)
+    get_msg = poll._sliced_get_msg()
     channel = Channel(MissedSocket(ready_at=time.monotonic() + 0.1))
     start = time.monotonic()
-    with pytest.warns(RuntimeWarning, match=conftest.MISSED_WAKE_UP):
+    with pytest.warns(RuntimeWarning, match=poll.MISSED_WAKE_UP):
         assert asyncio.run(get_msg(channel, timeout=30)) == {"msg": "reply"}
     assert time.monotonic() - start < 10  # unpatched: one poll of 30 s
 
 
 def test_no_reply_still_fails_at_the_timeout_not_before(monkeypatch):
-    conftest = root_conftest()
-    monkeypatch.setattr(conftest, "SLICE_S", 0.05)
-    get_msg = conftest._sliced_get_msg()
+    poll = poll_module()
+    monkeypatch.setattr(poll, "SLICE_S", 0.05)
+    get_msg = poll._sliced_get_msg()
     channel = Channel(MissedSocket(ready_at=float("inf")))
     start = time.monotonic()
     with pytest.raises(Empty):
@@ -69,3 +74,15 @@ def test_the_notebook_client_uses_the_sliced_poll():
 
     channel = AsyncKernelClient.shell_channel_class.default_value
     assert channel.get_msg.__qualname__.startswith("_sliced_get_msg")
+
+
+def test_handouts_use_the_sliced_poll_too():
+    # make handouts runs notebooks with nbclient outside pytest: unpatched, one missed wake-up held
+    # make test's handout test (a subprocess limited to 600 s) past its limit, the kernel idle.
+    probe = ("import sys; sys.path.insert(0, 'scripts'); import handouts; "
+             "from jupyter_client.asynchronous.client import AsyncKernelClient as C; "
+             "print(C.shell_channel_class.default_value.get_msg.__qualname__)")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().startswith("_sliced_get_msg")
