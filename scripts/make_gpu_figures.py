@@ -92,6 +92,10 @@ def measure_capstone(device, where: str) -> dict:
     import nbclient
     import nbformat
 
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import nbclient_poll  # a missed zmq wake-up would cost the 900 s cell timeout (nbclient_poll.py)
+
+    nbclient_poll.install()
     path = ROOT / "notebooks" / "11_capstone.ipynb"
     nb = nbformat.read(path, as_version=4)
     nb.cells.append(nbformat.v4.new_code_cell(_CAPSTONE_DUMP))
