@@ -427,3 +427,21 @@ def test_a_cuda_step_is_waited_for_before_the_clock_is_read(monkeypatch):
     monkeypatch.setattr(torch.cuda, "current_stream", lambda *a, **k: Stream())
     helpers.record(DataLoader(helpers.WorkDataset(6), batch_size=2), progress=False)
     assert len(waited) == 3
+
+
+@pytest.mark.untimed
+def test_the_median_epoch_leaves_out_one_stalled_epoch():
+    from helpers.timing.timeline import EpochRecord, Timeline
+
+    # three epochs of 30 ms, one stopped 100 ms by a CPU quota (notebook 04 inside make quota)
+    walls = [0.03, 0.13, 0.03]
+    epochs, start = [], 0.0
+    for i, wall in enumerate(walls):
+        epochs.append(EpochRecord(epoch=i, iter_start=start, iter_end=start, first_ready=start,
+                                  end=start + wall))
+        start += wall
+    tl = Timeline(batches=[], epochs=epochs, config={})
+    assert [round(e.wall_s, 3) for e in tl.epochs] == walls
+    assert tl.median_epoch_s() == pytest.approx(0.03)
+    assert tl.wall_s == pytest.approx(0.19)  # what the table showed before: the stall decided it
+    assert Timeline(batches=[], epochs=[], config={}).median_epoch_s() == 0.0

@@ -48,9 +48,10 @@ def checks(
     training: dict[str, float],
     free_change: float = 0.0,
 ) -> list[Check]:
-    """``cpu_runs``: CPU-bound items, 0.. workers. ``data_paths``/``training``: wall seconds of one
-    epoch per configuration (keys as in the notebook). ``free_change``: how much the free cores
-    measured before and after the CPU-bound runs differ (other programs' load changed meanwhile)."""
+    """``cpu_runs``: CPU-bound items, 0.. workers. ``data_paths``: per configuration (keys as in the
+    notebook), the median wall seconds of an epoch of 3; ``training``: wall seconds of one epoch.
+    ``free_change``: how much the free cores measured before and after the CPU-bound runs differ
+    (other programs' load changed meanwhile)."""
     speedup = speedups(cpu_runs)
     out = []
     for x in sorted(speedup):
@@ -115,8 +116,11 @@ def checks(
     claim = "in memory: one index per batch beats per-sample loading with any number of workers"
     if cores_free < 0.9:
         # Inside a quota below one CPU the kernel stops a process for the rest of each period once it
-        # has spent its share (make quota QUOTA=0.5: 0.77×, then 1.62× and 0.47× in two reruns): runs
-        # of tens of ms then measure where those stops fell, not the data path.
+        # has spent its share (make quota QUOTA=0.5, one epoch a path: 0.77×, then 1.62× and 0.47× in
+        # two reruns): runs of tens of ms then measure where those stops fell, not the data path.
+        # The median of 3 epochs keeps one such stop out (make quota at 1 CPU, one epoch a path:
+        # 0.81×; the same cell's medians of 3 in a script: 0.38-0.56× at 1 CPU, 0.43× at 0.5 CPU,
+        # 3 runs each); below a CPU the stops come every period, so the guard stays.
         shortest = min(data_paths.values())
         out.append(premise_failed(claim, f"{batched / best_per_sample:.2f}×",
                                   f"only {cores_free:.2f} of a CPU was free for one process: a CPU quota "

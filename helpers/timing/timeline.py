@@ -93,6 +93,11 @@ class EpochRecord:
         return self.iter_end - self.iter_start
 
     @property
+    def wall_s(self) -> float:
+        """From ``iter(loader)`` to the end of this epoch's loop (start-up included)."""
+        return self.end - self.iter_start
+
+    @property
     def first_batch_s(self) -> float | None:
         """From ``iter(loader)`` to the first batch in hand."""
         return None if self.first_ready is None else self.first_ready - self.iter_start
@@ -142,6 +147,15 @@ class Timeline:
         if not self.epochs:
             return 0.0
         return self.epochs[-1].end - self.epochs[0].iter_start
+
+    def median_epoch_s(self) -> float:
+        """The median of the epochs' wall times (each from its ``iter(loader)``, start-up included).
+
+        For short epochs: one stall that is not the loader's (a CPU quota's stop, another
+        program) moves one epoch, not the median of three."""
+        if not self.epochs:
+            return 0.0
+        return statistics.median(e.wall_s for e in self.epochs)
 
     @property
     def workers(self) -> list[int]:
