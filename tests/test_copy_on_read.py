@@ -46,6 +46,25 @@ def test_spawn_sends_arrays_by_value_and_a_tensor_as_a_handle():
     assert resource_sharer._resource_sharer._thread is None, "the lent descriptors were released"
 
 
+def test_a_worker_sampled_after_the_other_exited_does_not_set_its_peak():
+    # Round 2 caught worker 2 after worker 1 had exited: the pages the two shared and the main
+    # process had since written became worker 2's own (12 MiB more, nothing read). Make quota
+    # failed notebook 12 once on such an outlier: numpy bytes 10.1 MiB above the no-data workers.
+    from helpers.data.copy_on_read.memory import MemorySample
+
+    memory = helpers.WorkerMemory()
+    base = 100 * MiB
+    for t, round_, pid, uss in [(0.0, 0, 1, base), (0.0, 0, 2, base), (0.1, 1, 1, base + MiB),
+                                (0.1, 1, 2, base + MiB), (0.2, 2, 2, base + 13 * MiB)]:
+        memory.samples.append(MemorySample(t, round_, pid, uss, uss, uss, uss))
+    assert memory.rounds_all_alive() == {0, 1}
+    assert memory.growth("uss") == {1: (base, base + MiB), 2: (base, base + MiB)}
+    assert memory.growth("private")[2] == (base, base + MiB)
+    # a worker seen only in rounds that missed the other keeps its own samples
+    memory.samples.append(MemorySample(0.3, 3, 3, base, base, base, base))
+    assert memory.growth("uss")[3] == (base, base)
+
+
 def test_measure_memory_needs_a_path_dataset_with_workers():
     with pytest.raises(TypeError, match="PathDataset"):
         helpers.measure_memory(DataLoader(list(range(10)), num_workers=1))

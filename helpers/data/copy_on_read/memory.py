@@ -126,12 +126,33 @@ class WorkerMemory:
     def series(self, pid: int) -> list[MemorySample]:
         return [s for s in self.samples if s.pid == pid]
 
+    def rounds_all_alive(self) -> set[int]:
+        """The sampling rounds in which every worker was sampled (as many as in any round).
+
+        A worker sampled after another has exited counts as its own every page the two shared
+        and the main process has since written (its copy-on-write copy went to the main
+        process): USS and private dirty jump with nothing read. Those windows are short (between
+        one worker's exit and the next), so a sample rarely falls in one, but when it does it
+        becomes that worker's peak: a measure of the main process's writes, not of this worker's
+        reading."""
+        sizes: dict[int, int] = {}
+        for s in self.samples:
+            sizes[s.round] = sizes.get(s.round, 0) + 1
+        most = max(sizes.values(), default=0)
+        return {r for r, n in sizes.items() if n == most}
+
     def growth(self, what: str = "uss") -> dict[int, tuple[int, int]]:
-        """Per worker: (its first sample, the largest later one) of ``what`` (uss, pss, rss)."""
+        """Per worker: (its first sample, the largest later one) of ``what`` (uss, pss, rss).
+
+        The largest is taken over the rounds in which every worker was sampled
+        (:meth:`rounds_all_alive`); a worker never sampled in one keeps all its samples."""
+        full = self.rounds_all_alive()
         out = {}
         for pid in self.pids():
-            values = [getattr(s, what) for s in self.series(pid)]
-            out[pid] = (values[0], max(values))
+            series = self.series(pid)
+            values = [getattr(s, what) for s in series]
+            counted = [getattr(s, what) for s in series if s.round in full] or values
+            out[pid] = (values[0], max(counted))
         return out
 
     def peak_total(self, what: str = "uss") -> int:
