@@ -1667,6 +1667,38 @@ def test_diagnosis_follow_check_fails_when_the_advice_does_not_deliver_its_predi
         assert check.passed is False, check
 
 
+def _after_run(worker_ready):
+    """A changed run's diagnosis (its timeline only): one epoch, first batch at 0.1 s, end at 0.6 s."""
+    from types import SimpleNamespace
+
+    from helpers.timing.timeline import EpochRecord, Timeline
+
+    epoch = EpochRecord(epoch=0, iter_start=0.0, iter_end=0.01, first_ready=0.1, end=0.6,
+                        worker_ready=worker_ready)
+    return SimpleNamespace(timeline=Timeline(batches=[], epochs=[epoch], config={}))
+
+
+def test_diagnosis_follow_check_reports_workers_still_starting_as_a_premise():
+    # make notebooks START_METHOD=spawn on the slower kind: 68.3 -> 48.2 ms against a predicted 21.6;
+    # spawned workers each import torch, and a short run can end before the last one is ready.
+    from helpers.lessons import diagnosis
+
+    mysteries = {"A": _FakeDiagnosis(["num_workers"])}
+    late = _followed(0.068, 0.048, 0.0216)
+    late.after = _after_run({0: 0.05, 1: 0.06, 2: 0.3, 3: 0.4})  # the last ready 0.3 s after the first batch
+    assert late.ramp_share() == pytest.approx(0.6)
+    (check,) = [c for c in diagnosis.checks(mysteries, {"A": "num_workers"}, _FakeDiagnosis(["none"]),
+                                            [0.0] * 4, 4, followed=[late]) if "following" in c.claim]
+    assert check.passed is None and "still starting for 60%" in check.premise
+    # every worker ready before the first batch (fork): judged, and the same miss fails
+    early = _followed(0.068, 0.048, 0.0216)
+    early.after = _after_run({0: 0.02, 1: 0.03, 2: 0.03, 3: 0.04})
+    assert early.ramp_share() == 0.0
+    (check,) = [c for c in diagnosis.checks(mysteries, {"A": "num_workers"}, _FakeDiagnosis(["none"]),
+                                            [0.0] * 4, 4, followed=[early]) if "following" in c.claim]
+    assert check.passed is False and "still starting for 0%" in check.measured
+
+
 def test_diagnosis_checks_fail_when_the_diagnosis_misses_or_disagrees():
     from helpers.lessons import diagnosis
 

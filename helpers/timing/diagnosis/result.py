@@ -46,6 +46,25 @@ class Followed:
     def as_predicted(self) -> bool:
         return abs(self.after_s - self.predicted_s) <= self.tolerance_s
 
+    def ramp_share(self) -> float | None:
+        """The share of the changed run's steady time (after each epoch's first batch) in which
+        some of its workers were still starting: the advice predicts the pace of all of them. Near
+        0 under fork; under spawn or forkserver each new worker imports torch first (seconds on a
+        slow machine), and a short epoch can end before the last is ready. None when the run
+        after is not at hand."""
+        timeline = getattr(self.after, "timeline", None)
+        if timeline is None:
+            return None
+        ramp = steady = 0.0
+        for epoch in timeline.epochs:
+            if epoch.first_ready is None:
+                continue
+            steady += epoch.end - epoch.first_ready
+            if epoch.worker_ready:
+                last = min(max(epoch.worker_ready.values()), epoch.end)
+                ramp += max(0.0, last - epoch.first_ready)
+        return ramp / steady if steady > 0 else None
+
     def describe(self) -> str:
         r = self.recommendation
         verdict = "as predicted" if self.as_predicted else "NOT as predicted"
