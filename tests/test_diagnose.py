@@ -219,7 +219,12 @@ def test_loaders_of_every_kind_get_the_advice_a_careful_engineer_would_give(quie
         d = _diagnose(loader, step_s, steps=12)
         assert d.knobs() == knobs and d.steps == 12, (name, str(d))
         if knobs == ["num_workers"]:
-            assert _advice(d, "num_workers").change == {"num_workers": 2}, (name, str(d))
+            # A second worker: 6-8 ms of waits per batch against the 5 ms step. The sizing rule
+            # ⌈n / (y + m)⌉ gives 3 when a batch averages past 10 ms, and on the slower kind the sleeps'
+            # overshoot, collate and one late wake-up among 12 batches come near that (this test failed
+            # 1 run of test_diagnose.py in 4 there; which case was not recorded). Both are a careful answer.
+            change = _advice(d, "num_workers").change
+            assert change in ({"num_workers": 2}, {"num_workers": 3}), (name, str(d))
         rebuilt = with_changes(loader, num_workers=loader.num_workers + 1)
         assert rebuilt.num_workers == loader.num_workers + 1, name
         assert [type(b).__name__ for b in rebuilt][:2] == [type(b).__name__ for b in loader][:2], name
