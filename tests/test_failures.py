@@ -30,7 +30,12 @@ held = open(path, "wb")  # like a browser: it holds 16 MiB of /dev/shm open
 if what == "frees":
     held.write(bytes(16 << 20))
     held.flush()
-open(os.path.join(os.path.dirname(done), "ready"), "w").write(str(os.getpid()))
+# the pid in whole or not at all: the test reads "ready" as soon as it exists (a fresh clone's make test
+# once read it empty, created and not yet written)
+ready = os.path.join(os.path.dirname(done), "ready")
+with open(ready + ".part", "w") as f:
+    f.write(str(os.getpid()))
+os.replace(ready + ".part", ready)
 while not os.path.exists(go) and time.monotonic() < give_up:
     time.sleep(0.001)
 if what == "frees":
