@@ -23,6 +23,23 @@ from .rules import CPU_BOUND, Recommendation, input_scale
 draw: Callable[[Diagnosis, str | None], Any] | None = None
 
 
+def ramp_share(timeline: Timeline) -> float | None:
+    """The share of a run's steady time (after each epoch's first batch) in which some of its
+    workers were still starting. Near 0 under fork; under spawn or forkserver each new worker
+    imports torch first (seconds on a slow machine), and a short epoch can end before the last is
+    ready: the loop then waits for workers that are not there yet, which no loader setting of the
+    steady state explains. None without a first batch."""
+    ramp = steady = 0.0
+    for epoch in timeline.epochs:
+        if epoch.first_ready is None:
+            continue
+        steady += epoch.end - epoch.first_ready
+        if epoch.worker_ready:
+            last = min(max(epoch.worker_ready.values()), epoch.end)
+            ramp += max(0.0, last - epoch.first_ready)
+    return ramp / steady if steady > 0 else None
+
+
 @dataclass
 class Followed:
     """One recommendation followed by :func:`diagnose` (``verify=True``)."""
@@ -32,6 +49,10 @@ class Followed:
     after_s: float  #: ...and after the change, measured
     noise_s: float  #: the measurement's noise: twice the standard error of the two means, added
     after: Diagnosis  #: the diagnosis of the changed loader
+    #: How much slower the loader ran before the change than the same model predicts for it (its
+    #: per-step costs the model leaves out: the hand-over, the recorder), at most 10 % of the
+    #: prediction; 0 for whole-run measures
+    model_gap_s: float = 0.0
 
     @property
     def predicted_s(self) -> float:
@@ -39,38 +60,30 @@ class Followed:
 
     @property
     def tolerance_s(self) -> float:
-        """How far the measurement may land from the prediction: 15 % of it, or the noise."""
-        return max(0.15 * self.predicted_s, self.noise_s)
+        """How far the measurement may land from the prediction: 15 % of it, or the noise, plus the
+        model's miss measured before the change. On the slower kind loader A ran 1.2 ms a step
+        slower than the model both before (67.7 against 66.5 ms) and after (22.6 against 21.4);
+        inside make test one run after landed at 25.0 against 21.6 ± 3.2."""
+        return max(0.15 * self.predicted_s, self.noise_s) + self.model_gap_s
 
     @property
     def as_predicted(self) -> bool:
         return abs(self.after_s - self.predicted_s) <= self.tolerance_s
 
     def ramp_share(self) -> float | None:
-        """The share of the changed run's steady time (after each epoch's first batch) in which
-        some of its workers were still starting: the advice predicts the pace of all of them. Near
-        0 under fork; under spawn or forkserver each new worker imports torch first (seconds on a
-        slow machine), and a short epoch can end before the last is ready. None when the run
-        after is not at hand."""
+        """:func:`ramp_share` of the changed run: the advice predicts the pace of all its workers.
+        None when the run after is not at hand."""
         timeline = getattr(self.after, "timeline", None)
-        if timeline is None:
-            return None
-        ramp = steady = 0.0
-        for epoch in timeline.epochs:
-            if epoch.first_ready is None:
-                continue
-            steady += epoch.end - epoch.first_ready
-            if epoch.worker_ready:
-                last = min(max(epoch.worker_ready.values()), epoch.end)
-                ramp += max(0.0, last - epoch.first_ready)
-        return ramp / steady if steady > 0 else None
+        return None if timeline is None else ramp_share(timeline)
 
     def describe(self) -> str:
         r = self.recommendation
         verdict = "as predicted" if self.as_predicted else "NOT as predicted"
+        gap = (f" (with the {self.model_gap_s * 1e3:.1f} ms a step the model missed before the change)"
+               if self.model_gap_s > 0 else "")
         return (f"{r.knob}: {self.before_s * 1e3:.1f} → {self.after_s * 1e3:.1f} ms per step "
                 f"({self.before_s / self.after_s:.2f}×); predicted {self.predicted_s * 1e3:.1f} ms "
-                f"± {self.tolerance_s * 1e3:.1f}: {verdict}")
+                f"± {self.tolerance_s * 1e3:.1f}{gap}: {verdict}")
 
 
 @dataclass(repr=False)

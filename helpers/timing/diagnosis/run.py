@@ -16,6 +16,7 @@ from torch.utils.data import DataLoader, IterableDataset
 from ...cores import cpu_limits
 from .. import torch_internals
 from ..recorder import record
+from ..theory import step_time
 from .result import Diagnosis, Followed
 from .rules import _describe_change, recommend
 
@@ -166,9 +167,21 @@ def diagnose(
         # own: two draws of the spread measured before (the run after has one start-up, no spread)
         noise = (math.sqrt(2) * before_noise if following.measure == "run"
                  else math.hypot(before_noise, after_noise))
-        d.followed.append(Followed(following, before_s, after_s, noise, after))
+        d.followed.append(Followed(following, before_s, after_s, noise, after,
+                                   _model_gap(current[0], current[1], before_s, following)))
         current = (changed, after)
     return d
+
+
+def _model_gap(loader: DataLoader, d: Diagnosis, before_s: float, following: Any) -> float:
+    """How much slower the loader ran (steady) than the step-time model predicts for it with its
+    own n, y and m: per-step costs the model leaves out. At most 10 % of the recommendation's
+    prediction, so that a model that misses the loader (stragglers the mean hides) cannot widen
+    the check past it; 0 for a whole-run measure or without a step."""
+    if following.measure == "run" or not d.replay_step_s or following.predicted_s is None:
+        return 0.0
+    model_s = step_time(d.fetch_mean_s, d.replay_step_s, loader.num_workers, main_s=d.main_s)
+    return min(max(0.0, before_s - model_s), 0.1 * following.predicted_s)
 
 
 def _receive_alone(kept: list[Any], count: int = 8) -> float | None:
