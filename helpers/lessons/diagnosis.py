@@ -10,8 +10,8 @@ import statistics
 from ..classroom.checks import Check, at_least, holds, premise_failed
 from ..timing.diagnosis.result import ramp_share
 
-#: Above this share of the steady run spent with workers still starting, the followed advice
-#: is not judged: its prediction is the pace of all the workers.
+#: Above this share of the steady run spent with workers still starting, neither the followed
+#: advice nor the fed loader is judged: both are about the pace of all the workers.
 RAMP_SHARE = 0.25
 
 
