@@ -1228,6 +1228,23 @@ def test_the_capstone_model_predicts_its_own_stages():
     assert curves["+ __getitems__"][0] > 5 and curves["+ __getitems__"][1] < 1.2
 
 
+def test_the_capstone_model_counts_the_pin_thread_that_paces_the_last_stage_on_a_gpu():
+    from dataclasses import replace
+
+    from helpers.lessons import capstone
+
+    # an H200 run (make_gpu_figures, torch 2.11): 4 workers with __getitems__ outpace a 6 ms step,
+    # and the pin thread takes ~8 ms a batch; the model without it predicted 1/0.74 of what ran
+    final = capstone.stages(4)["+ __getitems__"]
+    costs = capstone.StageCosts(0.012, 0.0005, 0.0, serial_s=0.008)
+    with_thread = capstone.model_wall_s(final, costs, 0.006, 16, 160)
+    without = capstone.model_wall_s(final, replace(costs, serial_s=0.0), 0.006, 16, 160)
+    # each epoch refills the pipeline (9.2 against 7.3 ms a batch): the thread's 8 ms, not the
+    # step's 6.5, sets the pace between
+    assert with_thread / 160 > 0.008 and without / 160 < 0.0075
+    assert without / with_thread < 0.85
+
+
 # -- 12 · copy-on-read ----------------------------------------------------------------------------
 def cow_case(list_extra=1.0, obj_extra=1.0, array_extra=0.0, tensor_sent=200, persistent_same=True,
              persistent_kept=1.0, fresh_new=2, fresh_extra=1.0, list_mib=100.0, by_value=0.4,

@@ -1,5 +1,7 @@
 """The step-time model and the schedule simulation."""
 
+import statistics
+
 import pytest
 
 from helpers.timing import theory
@@ -120,6 +122,44 @@ def _record(worker=0, wait_start=0.0, ready=1.0, **times):
     return BatchRecord(epoch=0, index=times.pop("index", 0), worker=worker, fetch_start=0.0,
                        fetch_end=times.pop("fetch_end", 0.5), wait_start=wait_start, ready=ready,
                        step_end=ready + 0.1, worker_seq=0, indices=(0,), pid=1, **times)
+
+
+def test_one_serial_thread_between_workers_and_loop_sets_the_pace_when_workers_outpace_it():
+    # 8 workers build a batch every 20 / 8 = 2.5 ms against a 5 ms step: without the pin thread the
+    # step sets the pace; a pin thread that takes 8 ms a batch sets it instead (notebook 11 on a GPU)
+    free = theory.simulated_intervals(theory.simulate(60, 0.02, 0.005, 8))
+    pinned = theory.simulated_intervals(theory.simulate(60, 0.02, 0.005, 8, serial_s=0.008))
+    assert statistics.median(free[20:]) == pytest.approx(0.005)
+    assert statistics.median(pinned[20:]) == pytest.approx(0.008)
+    # slower workers than the thread: it changes nothing in the steady pace
+    slow = theory.simulate(60, 0.1, 0.005, 2, serial_s=0.008)
+    assert statistics.median(theory.simulated_intervals(slow)[20:]) == pytest.approx(
+        statistics.median(theory.simulated_intervals(theory.simulate(60, 0.1, 0.005, 2))[20:]))
+    with pytest.raises(ValueError, match="serial_s"):
+        theory.simulate(4, 0.1, 0.1, 2, serial_s=-1)
+
+
+def test_the_serial_thread_s_work_is_what_the_pin_or_prefetch_thread_did_per_batch():
+    from helpers.timing.timeline import EpochRecord, Span, Timeline
+
+    def timeline(*batches, spans=()):
+        epoch = EpochRecord(epoch=0, iter_start=0.0, iter_end=0.0, first_ready=1.0, end=2.0)
+        return Timeline(batches=list(batches), epochs=[epoch], config={}, spans=list(spans))
+
+    # the pin thread received (1 ms) and pinned (7 ms) it
+    pinned = _record(received_start=0.7, received_end=0.701, pin_start=0.701, pin_end=0.708)
+    assert theory.measured_serial_s(timeline(pinned)) == pytest.approx(0.008)
+    # the loop's own thread received it: that is m, no serial thread
+    assert theory.measured_serial_s(timeline(_record(received_start=0.9, received_end=0.95))) == 0.0
+    assert theory.measured_serial_s(timeline(_record(worker=-1, fetch_end=0.98))) == 0.0
+    # a prefetch thread received it (its copy on the GPU is no host work)
+    copy = Span("copy stream", "copy", 0.6, 1.2, 0, 0)
+    assert theory.measured_serial_s(timeline(_record(received_start=0.5, received_end=0.52),
+                                             spans=[copy])) == pytest.approx(0.02)
+    # the device's own steps are not a thread of the host
+    step = Span("device (loop's stream)", "step", 1.0, 1.1, 0, 0)
+    assert theory.measured_serial_s(timeline(_record(received_start=0.5, received_end=0.52),
+                                             spans=[step])) == 0.0
 
 
 def test_m_is_the_loops_own_time_once_the_batch_is_its_to_take():

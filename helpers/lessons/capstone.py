@@ -13,7 +13,7 @@ from typing import Any
 from ..classroom.checks import Check, at_least, exceeds, near, premise_failed, timing_noise_s
 from ..timing.analysis import epoch_first_batch_gaps
 from ..timing.settings import LoaderSettings
-from ..timing.theory import measured_main_s, simulate
+from ..timing.theory import measured_main_s, measured_serial_s, simulate
 from ..timing.timeline import Timeline
 
 #: The tutorial's published speedups vs its baseline (PyTorch's "Data Loading Optimization" tutorial).
@@ -89,6 +89,11 @@ class StageCosts:
     #: (:func:`helpers.theory.measured_main_s`: with a prefetch or pin thread the unpickling is theirs)
     main_s: float
     startup_s: float  #: worker start-up per epoch that started workers
+    #: the pin thread's (or a receiving prefetch thread's) work per batch: one thread, one batch
+    #: at a time (:func:`helpers.theory.measured_serial_s`). On an H200 (torch 2.11) it took about
+    #: 1 ms to receive and 6-7 ms to pin each 18 MiB batch, more than the tutorial model's 6 ms
+    #: step there: with __getitems__ the workers outpace it, and it sets the last stage's pace
+    serial_s: float = 0.0
 
 
 def stage_costs(tl: Timeline, stage: Stage) -> StageCosts:
@@ -97,7 +102,7 @@ def stage_costs(tl: Timeline, stage: Stage) -> StageCosts:
     fetch = statistics.median(b.fetch_s for b in tl.batches)
     main = measured_main_s(tl)
     startups = [tl.worker_startup_s(e.epoch) for e in tl.epochs if e.worker_ready]
-    return StageCosts(fetch, main, statistics.fmean(startups) if startups else 0.0)
+    return StageCosts(fetch, main, statistics.fmean(startups) if startups else 0.0, measured_serial_s(tl))
 
 
 def model_wall_s(
@@ -119,6 +124,7 @@ def model_wall_s(
             prefetch_factor=s.effective_prefetch_factor,
             startup_s=startup,
             main_s=costs.main_s,
+            serial_s=costs.serial_s,
         )
         wall += plan[-1].step_end
         left -= n

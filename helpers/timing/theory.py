@@ -105,6 +105,7 @@ def simulate(
     prefetch_factor: int | None = 2,
     startup_s: float = 0.0,
     main_s: float = 0.0,
+    serial_s: float = 0.0,
 ) -> list[PlannedBatch]:
     """The schedule an in-order DataLoader follows under the model, batch by batch.
 
@@ -117,12 +118,20 @@ def simulate(
 
     This reproduces the blog's measured patterns exactly, e.g. 2 workers, 1 s load,
     0.25 s step: intervals 1.25, then 0.25 and 0.75 alternating.
+
+    ``serial_s``: with workers, one thread of the main process handles every batch between the
+    workers and the loop, one batch at a time, in order — the pin thread (``pin_memory=True`` on
+    an accelerator: it receives each batch from shared memory and copies it into page-locked
+    memory) or a prefetch thread that receives the batches (:func:`measured_serial_s`). A batch
+    is the loop's to take ``serial_s`` after both it is built and that thread is done with the
+    batch before. However many workers there are, batches come no faster than one per
+    ``serial_s`` (notebook 11 on a GPU: the pin thread sets the pace of the last stage).
     """
     loads = list(batch_load_s) if isinstance(batch_load_s, Sequence) else [batch_load_s] * num_batches
     if len(loads) != num_batches:
         raise ValueError(f"got {len(loads)} batch loads for {num_batches} batches")
     _check(num_batches=num_batches, step_s=step_s, num_workers=num_workers, startup_s=startup_s,
-           main_s=main_s, **{f"batch_load_s[{i}]": v for i, v in enumerate(loads)})
+           main_s=main_s, serial_s=serial_s, **{f"batch_load_s[{i}]": v for i, v in enumerate(loads)})
     plan: list[PlannedBatch] = []
     previous_end = 0.0
     if num_workers == 0:
@@ -134,13 +143,15 @@ def simulate(
         return plan
     depth = (prefetch_factor if prefetch_factor is not None else 2) * num_workers
     worker_free = [startup_s] * num_workers
+    handed = 0.0  # when the serial thread is done with the batch before
     for i in range(num_batches):
         worker = i % num_workers
         issued = startup_s if i < depth else plan[i - depth].ready
         start = max(issued, worker_free[worker])
         fetched = start + loads[i]
         worker_free[worker] = fetched
-        ready = max(fetched, previous_end) + main_s
+        handed = max(fetched, handed) + serial_s
+        ready = max(handed, previous_end) + main_s
         previous_end = ready + step_s
         plan.append(PlannedBatch(i, worker, start, fetched, ready, previous_end))
     return plan
@@ -250,6 +261,34 @@ def measured_main_s(tl) -> float:
     if not shares:
         raise ValueError("a recording with no batches has no m")
     return statistics.median(main for _, main in shares)
+
+
+def measured_serial_s(tl) -> float:
+    """The work per batch of the one thread between the workers and the loop (``serial_s`` of
+    :func:`simulate`; seconds, the median over the batches): with ``pin_memory=True`` on an
+    accelerator, the pin thread's receiving (rebuilding the batch from shared memory) and
+    pinning; behind a prefetch thread that receives the batches (``record(wrap=...)`` on a CPU),
+    its receiving. 0 when the loop's own thread receives them (that is m) or there are no workers."""
+    from .hooks import MAIN_PROCESS
+
+    # a prefetch thread's spans (host work, its copies); not the loop's own, nor the device's steps
+    threaded = {(s.epoch, s.batch) for s in tl.spans
+                if "loop thread" not in s.row and not s.row.startswith("device")}
+    per_batch = []
+    for b in tl.batches:
+        received = (b.received_end - b.received_start
+                    if b.received_start is not None and b.received_end is not None else 0.0)
+        if b.worker == MAIN_PROCESS:
+            per_batch.append(0.0)
+        elif b.pin_start is not None and b.pin_end is not None:
+            per_batch.append(received + b.pin_end - b.pin_start)
+        elif (b.epoch, b.index) in threaded:
+            per_batch.append(received)
+        else:
+            per_batch.append(0.0)
+    if not per_batch:
+        raise ValueError("a recording with no batches has no serial stage")
+    return statistics.median(per_batch)
 
 
 def main_shares(tl) -> list[tuple[float, float]]:
