@@ -4,6 +4,7 @@ CUDA stream operations in the device prefetcher (CUDA calls faked, so it runs on
 from __future__ import annotations
 
 import contextlib
+import gc
 import threading
 import time
 
@@ -310,16 +311,31 @@ def test_cuda_copies_and_prefetcher():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_cuda_copy_overlaps_the_step():
-    """A compute-bound step longer than the copy: with the fixed order the time per batch is about
-    max(copy, step); with the former order each step also waits for the next copy."""
+    """A step that ends in a sync, as ``loss.item()`` does, about as long as a batch's copy: with
+    the fixed order a batch takes about max(copy, step); with the former order each step also waits
+    for the next batch's copy, copy + step. Without the sync the former order overlaps as well, and
+    a step 16 times the copy hides the difference in noise: an H200 (torch 2.11) measured 16.15
+    against 16.19 ms a batch that way. So the step is sized here to the copy this GPU measures."""
     device = torch.device("cuda")
-    batches = [torch.randn(64, 3, 256, 256).pin_memory() for _ in range(12)]
-    weight = torch.randn(4096, 4096, device=device)
+    batches = [torch.randn(64, 3, 256, 256).pin_memory() for _ in range(12)]  # 48 MiB each
+    weight = torch.randn(2048, 2048, device=device)
+
+    def seconds(work, repeats=5):
+        work()
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(repeats):
+            work()
+        torch.cuda.synchronize()
+        return (time.perf_counter() - start) / repeats
+
+    copy_s = seconds(lambda: batches[0].to(device, non_blocking=True))
+    matmuls = max(1, round(copy_s / seconds(lambda: torch.mm(weight, weight))))
 
     def step(batch):
-        for _ in range(6):
+        for _ in range(matmuls):
             torch.mm(weight, weight)
-        batch.sum()
+        batch.sum().item()
 
     def per_batch_s(cls):
         for batch in cls(batches[:2], device):  # warm-up
@@ -333,7 +349,25 @@ def test_cuda_copy_overlaps_the_step():
 
     fixed = min(per_batch_s(helpers.DevicePrefetcher) for _ in range(3))
     serialised = min(per_batch_s(helpers.SerialisedDevicePrefetcher) for _ in range(3))
-    assert fixed < 0.95 * serialised, (fixed, serialised)
+    assert fixed < 0.8 * serialised, (fixed, serialised, copy_s, matmuls)
+
+
+def test_the_pinned_cache_is_emptied_on_a_torch_without_torch_accelerator_empty_host_cache(monkeypatch):
+    from types import SimpleNamespace
+
+    from helpers.data import transfer
+    from helpers.timing import torch_internals
+
+    called = []
+    monkeypatch.setattr(torch_internals.torch, "accelerator", SimpleNamespace())  # torch 2.11: not there
+    monkeypatch.setattr(torch_internals.torch._C, "_host_emptyCache", lambda: called.append("private"),
+                        raising=False)
+    transfer._CudaHostAllocator().empty_cache()
+    assert called == ["private"]
+    public = SimpleNamespace(empty_host_cache=lambda: called.append("public"))
+    monkeypatch.setattr(torch_internals.torch, "accelerator", public)
+    transfer._CudaHostAllocator().empty_cache()
+    assert called == ["private", "public"]
 
 
 def test_pin_memory_warning_matches_the_machine():
@@ -350,6 +384,10 @@ def test_pinned_memory_taken_counts_the_run_not_the_cache_before_it():
 
     from helpers.data.transfer import PinnedMemoryTaken
 
+    # A forked worker inherits the parent's uncollected garbage; when its collector frees a CUDA tensor
+    # there, CUDA aborts the worker ("CUDA error: initialization error" in ~TensorImpl: an H200 run of
+    # this file after the overlap test). Collect it here first, as a script would before forking.
+    gc.collect()
     helpers.copy_bandwidth([1 << 24], repeats=1)  # leaves pinned blocks cached, as notebook 06's sweep
     cached = torch.cuda.host_memory_stats()["allocated_bytes.current"]
     assert cached >= 2 * (1 << 24)

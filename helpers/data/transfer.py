@@ -169,7 +169,9 @@ class _CudaHostAllocator:
         torch.cuda.reset_peak_host_memory_stats()
 
     def empty_cache(self) -> None:
-        torch.accelerator.empty_host_cache()
+        from ..timing.torch_internals import empty_host_cache
+
+        empty_host_cache()
 
 
 class PinnedMemoryTaken:

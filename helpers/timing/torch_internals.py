@@ -82,6 +82,15 @@ def shutdown_workers(iterator: Any) -> None:
             queue.close()
 
 
+def empty_host_cache() -> None:
+    """Give the caching host (pinned) allocator's unused blocks back to CUDA:
+    ``torch.accelerator.empty_host_cache()`` where this torch has it (2.14 does), else the same
+    allocator's private entry point ``torch._C._host_emptyCache`` (``torch/cuda/graphs.py`` calls
+    it). The lent GPU machine's torch 2.11 has only the private one: notebook 06 stopped there."""
+    public = getattr(torch.accelerator, "empty_host_cache", None)
+    (public if public is not None else torch._C._host_emptyCache)()
+
+
 def drop_persistent_iterator(loader: DataLoader) -> None:
     """Shut down the persistent iterator a loader keeps (``persistent_workers=True``), so
     the next ``iter(loader)`` starts fresh workers."""
