@@ -13,7 +13,9 @@ CPU-only machines show these in notebooks 06, 07 and 11 in place of the cells th
   4 workers); its stage-by-stage speedups against the tutorial's published figures.
 
 ``python scripts/make_gpu_figures.py`` (``make figures-gpu``) measures on a machine with CUDA,
-saves what it measured in ``images/data/<group>.json`` and draws the figures from those files.
+saves what it measured in ``images/data/<group>.json`` and draws the figures from those files;
+``python scripts/make_gpu_figures.py capstone`` (any of the groups: bandwidth, copy_segment,
+device_prefetch, capstone) measures those alone and draws every figure whose data is saved.
 ``--render`` draws them again from the saved measurements, on any machine (no GPU: e.g. after a
 change of palette); the figure's metadata says it was drawn from saved data. ``--check`` reads
 the figures' metadata only and exits 1 naming each one drawn by other code, with another
@@ -80,15 +82,17 @@ def measure_device_prefetch(device, where: str) -> dict:
     return {"where": where, "runs": {name: tl.to_dict() for name, tl in runs.items()}}
 
 
-#: Appended to notebook 11 in memory (never on disk) after its own cells: prints what its chart draws.
+#: Put into notebook 11 in memory (never on disk) before its lesson checks: prints what its chart
+#: draws and what the model was fed, so a run whose checks fail still says what it measured.
 _CAPSTONE_DUMP = ('import json\nprint("DLLAB-CAPSTONE " + json.dumps({'
                   '"ratios": {n: wall["baseline"] / wall[n] for n in names}, "published": dict(published), '
-                  '"batches": len(measured["baseline"].batches), "step": step_text}))')
+                  '"batches": len(measured["baseline"].batches), "step": step_text, '
+                  '"predicted": predicted, "costs": {n: vars(c) for n, c in costs.items()}}))')
 
 
 def measure_capstone(device, where: str) -> dict:
     """Execute notebook 11 on this GPU (the notebook is the one definition of the chain) and keep
-    the speedups its chart draws."""
+    the speedups its chart draws. When its lesson checks fail, print what was measured and fail."""
     import nbclient
     import nbformat
 
@@ -98,13 +102,18 @@ def measure_capstone(device, where: str) -> dict:
     nbclient_poll.install()
     path = ROOT / "notebooks" / "11_capstone.ipynb"
     nb = nbformat.read(path, as_version=4)
-    nb.cells.append(nbformat.v4.new_code_cell(_CAPSTONE_DUMP))
-    nbclient.NotebookClient(nb, timeout=900, kernel_name="python3",
-                            resources={"metadata": {"path": str(path.parent)}}).execute()
-    table = next(c for c in nb.cells if c.cell_type == "code" and "efficiency vs bound" in c.source)
-    print(next(o["data"]["text/plain"] for o in table.outputs if "data" in o))
-    text = "".join(o.get("text", "") for o in nb.cells[-1].outputs)
-    return {"where": where, **json.loads(text.split("DLLAB-CAPSTONE ", 1)[1])}
+    checks_at = next(i for i, c in enumerate(nb.cells) if "capstone.checks(" in c.source)
+    nb.cells.insert(checks_at, nbformat.v4.new_code_cell(_CAPSTONE_DUMP))
+    try:
+        nbclient.NotebookClient(nb, timeout=900, kernel_name="python3",
+                                resources={"metadata": {"path": str(path.parent)}}).execute()
+    finally:
+        table = next(c for c in nb.cells if c.cell_type == "code" and "efficiency vs bound" in c.source)
+        print(next((o["data"]["text/plain"] for o in table.get("outputs", []) if "data" in o), "(no table)"))
+        text = "".join(o.get("text", "") for o in nb.cells[checks_at].get("outputs", []))
+        print(text or "(notebook 11 stopped before its lesson checks)")
+    dump = json.loads(text.split("DLLAB-CAPSTONE ", 1)[1])
+    return {"where": where, **{k: dump[k] for k in ("ratios", "published", "batches", "step")}}
 
 
 # -- drawing (any machine) ----------------------------------------------------------------------
@@ -184,8 +193,10 @@ def main() -> None:
     if sys.argv[1:] == ["--render"]:
         print("drew", *render(), "from images/data/")
         return
-    if sys.argv[1:]:
-        raise SystemExit(f"usage: {SCRIPT} [--render | --check]")
+    groups = sys.argv[1:] or list(FIGURES)
+    if any(g not in FIGURES for g in groups):
+        raise SystemExit(f"usage: {SCRIPT} [--render | --check | GROUP ...], "
+                         f"GROUP one of {', '.join(FIGURES)}")
     import torch
 
     if helpers.is_smoke():
@@ -198,8 +209,8 @@ def main() -> None:
     device = helpers.get_device()
     where = f"{helpers.accelerator_name()}, torch {torch.__version__}"
     DATA.mkdir(exist_ok=True)
-    for group, (_, measure, _) in FIGURES.items():
-        (DATA / f"{group}.json").write_text(json.dumps(measure(device, where), default=str) + "\n")
+    for group in groups:  # each group's measurements saved as soon as they are taken
+        (DATA / f"{group}.json").write_text(json.dumps(FIGURES[group][1](device, where), default=str) + "\n")
     print("wrote", *render(redrawn=False), "in images/ (measurements in images/data/)")
 
 

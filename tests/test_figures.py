@@ -280,10 +280,6 @@ def test_every_plot_fits_a_slide_and_keeps_its_legend_off_the_data(figures):
 
 
 # -- the reference figures in images/ ------------------------------------------------------------
-def _gpu_figures() -> set[str]:
-    return {name for name, *_ in load_script("make_gpu_figures").FIGURES.values()}
-
-
 @pytest.mark.parametrize("path", sorted(IMAGES.glob("*.png")), ids=lambda p: p.name)
 def test_each_reference_figure_fits_a_16_9_slide(path):
     from PIL import Image
@@ -292,9 +288,6 @@ def test_each_reference_figure_fits_a_16_9_slide(path):
         width, height = image.size
     problem = (f"{width} × {height} px is taller than 16:9" if not provenance.fits_slide(width, height)
                else f"{width} px wide: text drawn for a 1280-px slide would shrink" if width < 1200 else None)
-    if problem and path.name in _gpu_figures() and provenance.DIGEST not in provenance.read(path):
-        pytest.xfail(f"{path.name}: {problem}; measured on a GPU before the palette and the slide bound, "
-                     "and no GPU has been lent since (make figures-gpu)")
     assert problem is None, problem
 
 
@@ -326,8 +319,6 @@ def test_the_check_names_a_figure_drawn_by_other_code(tmp_path):
     plt.close("all")
 
 
-@pytest.mark.xfail(strict=True, reason="the four GPU figures were measured before figures carried their "
-                   "origin, and no GPU was lent to issue 21: `make figures-gpu` on one, then drop this mark")
 def test_the_gpu_figures_come_from_the_current_script():
     assert load_script("make_gpu_figures").check() == []
 
