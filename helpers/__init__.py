@@ -121,6 +121,7 @@ from .data.workers import (
     EpochSampler,
     SharedEpoch,
     epochs_seen,
+    freeze_gc,
     process_memory,
     worker_memory,
 )
@@ -278,7 +279,8 @@ __all__ = [
     "Prediction", "BatchTransform", "DevicePrefetcher", "SerialisedDevicePrefetcher", "ThreadPrefetcher",
     "batch_nbytes", "copy_bandwidth", "nonblocking_readback_trap", "pin_memory_warning",
     "pinned_budget_bytes", "to_device",
-    "EpochEchoDataset", "EpochSampler", "SharedEpoch", "epochs_seen", "process_memory", "worker_memory",
+    "EpochEchoDataset", "EpochSampler", "SharedEpoch", "epochs_seen", "freeze_gc", "process_memory",
+    "worker_memory",
     "Endpoint", "ObjectStore", "ObjectTiming", "Requests", "S3Dataset", "StoreError", "client_setup_s",
     "download", "error_of",
     "measure_requests", "median_timing", "port_open", "request_slowdown", "samples_per_s", "time_endpoints",

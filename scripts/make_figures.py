@@ -294,7 +294,8 @@ def images(where: str) -> None:
         dataset = helpers.JpegDataset(paths, labels, transform=helpers.train_transform(224))
         rates = {}
         for workers in sorted({0, 1, 2, cores, cores + 1}):
-            loader = DataLoader(dataset, batch_size=32, shuffle=True, num_workers=workers)
+            loader = DataLoader(dataset, batch_size=32, shuffle=True, num_workers=workers,
+                                worker_init_fn=helpers.freeze_gc)
             rates[workers] = helpers.images_per_s(helpers.record(loader, step, progress=False))
         threads = {}
         for name, (ps, ls, crop, batch) in {"448-pixel images": (paths, labels, 224, 32),
@@ -302,7 +303,8 @@ def images(where: str) -> None:
             threads[name] = {}
             for label, workers, pool in (("1 worker", 1, 1), ("2 threads", 1, 2), ("2 workers", 2, 1)):
                 ds = helpers.JpegDataset(ps, ls, transform=helpers.train_transform(crop), threads=pool)
-                loader = DataLoader(ds, batch_size=batch, shuffle=True, num_workers=workers)
+                loader = DataLoader(ds, batch_size=batch, shuffle=True, num_workers=workers,
+                                    worker_init_fn=helpers.freeze_gc)
                 threads[name][label] = helpers.decode_rate(helpers.record(loader, step, progress=False))
     fig, (left, right) = plt.subplots(1, 2, figsize=(12.8, 5.6), layout="constrained", width_ratios=[1, 1.7])
     left.bar([str(w) for w in rates], list(rates.values()), color=COLORS["fetch"])

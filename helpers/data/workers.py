@@ -28,6 +28,15 @@ from torch.utils.data import Dataset, Sampler, get_worker_info
 from ..timing import torch_internals
 
 
+def freeze_gc(worker_id: int) -> None:
+    """A ``worker_init_fn``: keep the objects a worker starts with (inherited under fork, imported
+    under spawn and forkserver) out of its garbage collector's full passes. Without it, the
+    worker's first full collection walks them all, inside one of its first fetches."""
+    import gc
+
+    gc.freeze()
+
+
 class SharedEpoch:
     """An integer in shared memory that the main process sets and workers read.
 
