@@ -66,3 +66,15 @@ def test_worker_memory_reports_each_live_worker():
     iterator._shutdown_workers()
     with pytest.raises(ValueError, match="num_workers >= 1"):
         helpers.worker_memory(iter(make_loader(helpers.WorkDataset(2, item_wait_s=0.0))))
+
+
+def test_freeze_gc_moves_what_a_worker_starts_with_out_of_the_collectors_passes():
+    import gc
+
+    before = gc.get_freeze_count()
+    try:
+        helpers.freeze_gc(0)
+        assert gc.get_freeze_count() > max(before, 1000)  # every object this process holds, torch's among them
+    finally:
+        if before == 0:
+            gc.unfreeze()
