@@ -74,7 +74,7 @@ def test_freeze_gc_moves_what_a_worker_starts_with_out_of_the_collectors_passes(
     before = gc.get_freeze_count()
     try:
         helpers.freeze_gc(0)
-        assert gc.get_freeze_count() > max(before, 1000)  # every object this process holds, torch's among them
+        assert gc.get_freeze_count() > max(before, 1000)  # every object held here, torch's among them
     finally:
         if before == 0:
             gc.unfreeze()
