@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from torch.utils.data import DataLoader
 
 import helpers
@@ -172,3 +173,18 @@ def test_the_lessons_numpy_arrays_are_made_without_numpy_s_huge_page_hint():
         data = helpers.PathDataset(paths, storage).data
         assert data.nbytes >= 4 << 20
         assert "hg" not in _vm_flags(data.ctypes.data + data.nbytes // 2), storage
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="needs Linux")
+def test_the_lessons_arrays_refuse_huge_pages_even_where_an_earlier_array_was_hinted():
+    # The hint marks an address range: an array made without it can reuse heap memory an earlier
+    # hinted array held, and khugepaged could then copy it in a worker (make test: a numpy-bytes
+    # worker 8.4 MiB above a no-data worker, the array's 7.7 MiB). Each array says no itself.
+    paths = helpers.make_paths(300_000)
+    for storage in ("numpy bytes", "buffer + offsets", "tensor"):
+        data = helpers.PathDataset(paths, storage).data
+        address = data.data_ptr() if isinstance(data, torch.Tensor) else data.ctypes.data
+        assert "nh" in (_vm_flags(address + data.nbytes // 2) or []), storage
+    from helpers.data.copy_on_read.paths import refuse_huge_pages
+
+    assert refuse_huge_pages(np.zeros(16, dtype=np.uint8)) is False  # under a page: nothing to mark
