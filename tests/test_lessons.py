@@ -1401,6 +1401,30 @@ def test_remote_grid_reading_gives_each_configuration_and_the_cpu_per_request():
     assert "loader 4.5 ms, server 4.0 ms, proxy 0.8 ms" in text and "of 2 CPUs" in text
 
 
+def test_littles_law_takes_the_mean_request_of_the_window_the_rate_is_measured_in():
+    import numpy as np
+
+    from helpers.data.remote import Requests
+    from helpers.lessons import remote
+
+    # spawn: worker 0's pool ran alone for 0.4 s (8 requests of 50 ms at a time), then both workers'
+    # (16 of 120 ms): the rate is measured while both ran, and so must the request time be. The
+    # median of every request (50 ms) predicted 8x; 3.3x is what 16 in flight of 120 ms deliver
+    rows = [[0, j, w * 0.05, w * 0.05 + 0.04, (w + 1) * 0.05, 0, 8 * w + j, 0]
+            for w in range(8) for j in range(8)]
+    rows += [[k, j, 0.4 + w * 0.12, 0.4 + w * 0.12 + 0.1, 0.4 + (w + 1) * 0.12, 0, 0, 0]
+             for k in (0, 1) for w in range(3) for j in range(8)]
+    pool = Requests(np.array(rows, dtype=float))
+    assert pool.window() == pytest.approx((0.4, 0.76))
+    assert pool.mean_s() == pytest.approx(0.12) and pool.median_s() == pytest.approx(0.05)
+    assert pool.mean_in_flight() == pytest.approx(16)
+    serial = remote_requests(2, 0.050)
+    (little,) = [c for c in remote.thread_checks((40.0, serial, 2), (16 / 0.12, pool, 2, 8), latency_s=0.04)
+                 if "requests in flight ÷" in c.claim]
+    assert little.passed, little
+    assert "16.0 of 16 in flight" in little.measured
+
+
 def test_remote_checks_pass_when_the_lesson_holds():
     from helpers.lessons import remote
 

@@ -81,17 +81,19 @@ class Requests:
         events = events[np.lexsort((events[:, 1], events[:, 0]))]  # an end before a start at the same time
         return events[:, 0], np.cumsum(events[:, 1])
 
-    def samples_per_s(self, cached: bool | None = False) -> float:
-        """Samples per second while every worker was making requests: from the moment the last
-        worker started its first request to the moment the first worker ended its last, each
-        request counted by the share of it inside that window (so the workers' staggered
-        start-up does not count). When the workers overlapped for under a quarter of the
-        whole span, the whole span. ``cached=None``: every sample, cached or not."""
+    def _rows(self, cached: bool | None) -> np.ndarray:
         rows = self.rows
         if cached is not None and len(rows):
             rows = rows[rows[:, REQUEST_FIELDS.index("cached")] == float(cached)]
+        return rows
+
+    def window(self, cached: bool | None = False) -> tuple[float, float] | None:
+        """The span :meth:`samples_per_s` measures over: from the moment the last worker started
+        its first request to the moment the first worker ended its last; the whole span when the
+        workers overlapped for under a quarter of it. None with fewer than 2 requests."""
+        rows = self._rows(cached)
         if len(rows) < 2:
-            return float("nan")
+            return None
         start, end = rows[:, 2], rows[:, 4]
         workers = np.unique(rows[:, 0])
         firsts = [start[rows[:, 0] == w].min() for w in workers]
@@ -99,8 +101,39 @@ class Requests:
         lo, hi = max(firsts), min(lasts)
         if hi - lo < 0.25 * (max(lasts) - min(firsts)):
             lo, hi = min(firsts), max(lasts)
-        if hi <= lo:
+        return (float(lo), float(hi)) if hi > lo else None
+
+    def mean_s(self, cached: bool = False) -> float:
+        """The mean time of a request that started inside :meth:`window` — Little's W for the rate
+        :meth:`samples_per_s` measures (a median misses the slow tail, and requests outside the
+        window ran with fewer workers beside them: faster)."""
+        span = self.window(cached)
+        rows = self._rows(cached)
+        if span is None:
             return float("nan")
+        start, end = rows[:, 2], rows[:, 4]
+        inside = (start >= span[0]) & (start <= span[1])
+        return float(np.mean((end - start)[inside])) if inside.any() else float("nan")
+
+    def mean_in_flight(self) -> float:
+        """Requests open on average (time-weighted) over :meth:`window`: Little's L."""
+        span = self.window()
+        if span is None:
+            return float("nan")
+        t, n = self.in_flight()
+        clipped = np.clip(t, *span)
+        return float(np.sum(np.diff(clipped) * n[:-1]) / (span[1] - span[0]))
+
+    def samples_per_s(self, cached: bool | None = False) -> float:
+        """Samples per second while every worker was making requests (:meth:`window`), each
+        request counted by the share of it inside that window (so the workers' staggered
+        start-up does not count). ``cached=None``: every sample, cached or not."""
+        rows = self._rows(cached)
+        span = self.window(cached)
+        if span is None:
+            return float("nan")
+        lo, hi = span
+        start, end = rows[:, 2], rows[:, 4]
         duration = end - start
         inside = np.clip(np.minimum(end, hi) - np.maximum(start, lo), 0, None)
         safe = np.where(duration > 0, duration, 1.0)
