@@ -196,6 +196,7 @@ _LAZY = {
     "make_jpegs": "data.images",
     "normalize_on_device": "data.images",
     "pack_tar": "data.images",
+    "record_best": "data.images",
     "tar_index": "data.images",
     "train_transform": "data.images",
     "ImageExplorer": "explorers",

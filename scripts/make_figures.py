@@ -292,20 +292,22 @@ def images(where: str) -> None:
         tiny_paths, tiny_labels = helpers.make_jpegs(f"{folder}/tiny", 4096, 32)
         cores_free = helpers.free_cores(min(cores, 4))
         dataset = helpers.JpegDataset(paths, labels, transform=helpers.train_transform(224))
-        rates = {}
-        for workers in sorted({0, 1, 2, cores, cores + 1}):
-            loader = DataLoader(dataset, batch_size=32, shuffle=True, num_workers=workers,
-                                worker_init_fn=helpers.freeze_gc)
-            rates[workers] = helpers.images_per_s(helpers.record(loader, step, progress=False))
-        threads = {}
+        # as notebook 14 measures: each run twice, interleaved, the faster kept (helpers.record_best)
+        loaders = {workers: DataLoader(dataset, batch_size=32, shuffle=True, num_workers=workers,
+                                       worker_init_fn=helpers.freeze_gc)
+                   for workers in sorted({0, 1, 2, cores, cores + 1})}
+        runs = helpers.record_best(loaders, step, progress=False)
+        rates = {w: helpers.images_per_s(tl) for w, tl in runs.items()}
+        loaders = {}
         for name, (ps, ls, crop, batch) in {"448-pixel images": (paths, labels, 224, 32),
                                             "32-pixel images": (tiny_paths, tiny_labels, 28, 256)}.items():
-            threads[name] = {}
             for label, workers, pool in (("1 worker", 1, 1), ("2 threads", 1, 2), ("2 workers", 2, 1)):
                 ds = helpers.JpegDataset(ps, ls, transform=helpers.train_transform(crop), threads=pool)
-                loader = DataLoader(ds, batch_size=batch, shuffle=True, num_workers=workers,
-                                    worker_init_fn=helpers.freeze_gc)
-                threads[name][label] = helpers.decode_rate(helpers.record(loader, step, progress=False))
+                loaders[name, label] = DataLoader(ds, batch_size=batch, shuffle=True, num_workers=workers,
+                                                  worker_init_fn=helpers.freeze_gc)
+        threads = {}
+        for (name, label), tl in helpers.record_best(loaders, step, progress=False).items():
+            threads.setdefault(name, {})[label] = helpers.decode_rate(tl)
     fig, (left, right) = plt.subplots(1, 2, figsize=(12.8, 5.6), layout="constrained", width_ratios=[1, 1.7])
     left.bar([str(w) for w in rates], list(rates.values()), color=COLORS["fetch"])
     for i, r in enumerate(rates.values()):

@@ -119,3 +119,31 @@ def test_gpu_decode_rate_measures_both(jpegs):
     paths, _, _ = jpegs
     rates = helpers.gpu_decode_rate(paths, 32, repeats=1)
     assert set(rates) == {"GPU decode + transforms", "CPU, one thread"} and all(r > 0 for r in rates.values())
+
+
+@pytest.mark.untimed
+def test_record_best_interleaves_the_rounds_and_keeps_the_faster_run(monkeypatch):
+    # fc16 (a fresh clone's make test): one slow run of 2 workers (663 images/s against 3 workers'
+    # 780) decided "workers beyond the cores add nothing". A disturbance only slows a run down.
+    from types import SimpleNamespace
+
+    from helpers.data import images
+    from helpers.timing import recorder
+
+    rates = {("a", 0): 500.0, ("b", 0): 900.0, ("a", 1): 800.0, ("b", 1): 700.0, ("a", 2): 1.0}
+    calls = []
+
+    def fake_record(loader, step, *, progress):
+        calls.append((loader, progress))
+        return SimpleNamespace(rate=rates[loader, sum(1 for c in calls if c[0] == loader) - 1])
+
+    monkeypatch.setattr(recorder, "record", fake_record)
+    monkeypatch.setattr(images, "decode_rate", lambda tl: tl.rate)
+    best = images.record_best({"2": "a", "3": "b"}, None, describe=lambda k: f"{k} workers")
+    assert [loader for loader, _ in calls] == ["a", "b", "a", "b"]  # interleaved, not a, a, b, b
+    assert calls[0][1] == "2 workers (round 1 of 2)"
+    assert {k: tl.rate for k, tl in best.items()} == {"2": 800.0, "3": 900.0}
+    images.record_best({"2": "a"}, None, rounds=1, progress=False)
+    assert calls[-1] == ("a", False)
+    with pytest.raises(ValueError, match="rounds"):
+        images.record_best({"2": "a"}, None, rounds=0)
