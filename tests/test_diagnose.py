@@ -117,13 +117,9 @@ def _patch_diagnosis_cpu_limits(monkeypatch, limits):
         monkeypatch.setattr(module, "cpu_limits", lambda *a, **k: limits)
 
 
-def test_cpu_bound_loading_is_capped_at_the_effective_cores_and_waiting_is_not(monkeypatch):
-    # 40 ms of work per batch against a 10 ms step: the rule asks for 4 or 5 workers either way.
-    from helpers import cores
-
-    two = cores.CpuLimits(2, "os.sched_getaffinity", None)
-    monkeypatch.setattr(cores, "cpu_limits", lambda *a, **k: two)
-    _patch_diagnosis_cpu_limits(monkeypatch, two)
+def test_cpu_bound_loading_is_capped_at_the_effective_cores_and_waiting_is_not(quiet_machine):
+    # 40 ms of work per batch against a 10 ms step: the rule asks for 4 or 5 workers either way. On
+    # two free cores (quiet_machine): a snapshot that found another process busy would cap it at 1.
     computing = _diagnose(DataLoader(helpers.WorkDataset(48, item_cpu_s=0.01), batch_size=4), 0.01, steps=10)
     advice = _advice(computing, "num_workers")
     assert advice.change == {"num_workers": 2} and "computes" in advice.because, str(computing)
