@@ -4,6 +4,7 @@ sampled for real (a list is copied into forked workers, an array is not), epochs
 from __future__ import annotations
 
 import multiprocessing as mp
+import time
 from pathlib import Path
 
 import numpy as np
@@ -64,6 +65,73 @@ def test_a_worker_sampled_after_the_other_exited_does_not_set_its_peak():
     # a worker seen only in rounds that missed the other keeps its own samples
     memory.samples.append(MemorySample(0.3, 3, 3, base, base, base, base))
     assert memory.growth("uss")[3] == (base, base)
+
+
+def test_a_round_in_which_a_sampled_worker_then_exits_does_not_count_as_all_alive():
+    # Inside a 1-CPU quota (make quota, 2026-11-26) the sampler was stopped 0.22 s between two
+    # workers' samples of one round; the first exited meanwhile, and the second read 8.9 MiB of its
+    # heap as its own: notebook 12's "numpy bytes within noise" failed at 8.73 MiB. Here the first
+    # child is killed right after its sample, so the round's second sample comes after its exit.
+    import subprocess
+    import sys
+
+    from helpers.data.copy_on_read import memory as memory_module
+
+    original = memory_module.WorkerMemory._sample
+    children: list[subprocess.Popen] = []
+    seen: dict[int, int] = {}
+    killed: list[tuple[int, int]] = []  # (pid, round)
+
+    def sample_then_kill_the_first(self, pid):
+        sample = original(self, pid)
+        seen[pid] = seen.get(pid, 0) + 1
+        # the first child, in its second round: killed right after its sample
+        if len(children) == 2 and pid == min(c.pid for c in children) and seen[pid] == 2:
+            next(c for c in children if c.pid == pid).kill()
+            deadline = time.perf_counter() + 10
+            while memory_module.still_mapped(pid) and time.perf_counter() < deadline:
+                time.sleep(0.005)  # a zombie now: not reaped, its memory gone
+            killed.append((pid, self._round))
+        return sample
+
+    try:
+        memory_module.WorkerMemory._sample = sample_then_kill_the_first
+        with helpers.WorkerMemory(interval_s=0.05) as memory:
+            children += [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+                         for _ in range(2)]
+            deadline = time.perf_counter() + 10
+            while not killed and time.perf_counter() < deadline:
+                time.sleep(0.01)
+    finally:
+        memory_module.WorkerMemory._sample = original
+        for child in children:
+            child.kill()
+            child.wait()
+    assert len(killed) == 1, "the first child was never sampled twice"
+    pid, broken = killed[0]
+    other = max(c.pid for c in children)
+    rounds = {p: {s.round for s in memory.samples if s.pid == p} for p in (pid, other)}
+    both = rounds[pid] & rounds[other]
+    assert broken in both, "the second child was sampled in the round after the first one's exit"
+    assert broken in memory.broken_rounds, "a round in which a worker exited after its sample, not flagged"
+    assert broken not in memory.rounds_all_alive() and both - {broken} <= memory.rounds_all_alive()
+
+
+def test_still_mapped_tells_a_live_process_from_an_exited_one():
+    import os
+    import subprocess
+    import sys
+
+    from helpers.data.copy_on_read import still_mapped
+
+    assert still_mapped(os.getpid())
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    deadline = time.perf_counter() + 10
+    while still_mapped(child.pid) and time.perf_counter() < deadline:  # exits, then waits as a zombie
+        time.sleep(0.01)
+    assert not still_mapped(child.pid)
+    child.wait()
+    assert not still_mapped(child.pid)
 
 
 def test_measure_memory_needs_a_path_dataset_with_workers():

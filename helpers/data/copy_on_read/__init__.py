@@ -31,6 +31,7 @@ from .memory import (
     memory_table,
     noise_margin_bytes,
     private_dirty,
+    still_mapped,
     summarise,
 )
 from .paths import STORAGES, MiB, PathDataset, encoded_bytes, make_paths, sent_bytes
@@ -38,5 +39,5 @@ from .paths import STORAGES, MiB, PathDataset, encoded_bytes, make_paths, sent_b
 __all__ = [
     "MiB", "PathDataset", "STORAGES", "encoded_bytes", "make_paths", "sent_bytes", "EpochWorkers",
     "MemoryRun", "MemorySample", "WorkerMemory", "epoch_workers", "extra_private", "extra_uss",
-    "measure_memory", "memory_table", "noise_margin_bytes", "private_dirty", "summarise",
+    "measure_memory", "memory_table", "noise_margin_bytes", "private_dirty", "still_mapped", "summarise",
 ]
