@@ -125,6 +125,13 @@ class PathDataset(Dataset):
             except ImportError as error:  # pragma: no cover - pyarrow is a dependency
                 raise ImportError("storage='arrow' needs pyarrow: run `make lab` (it installs it)") from error
             self.data = pa.array(list(paths), type=pa.string())
+            # Building the array grows its buffers step by step; Arrow's allocator (mimalloc here) keeps
+            # the freed steps mapped - 74 MiB beside the 59 MiB array for 2,000,000 names, 14 MiB for
+            # 300,000 - and forked workers inherit them. When the main process and one worker each give
+            # that memory back, the other worker is left its only holder: its USS grows with nothing
+            # read (seen in 1 CPU at full size: one worker 46 MiB above the other, 38.8 over a no-data
+            # worker). Returned before any worker starts, there is nothing to inherit.
+            pa.default_memory_pool().release_unused()
         elif storage == "tensor":
             buffer, offsets = _encode(paths)
             self.data, self.offsets = torch.from_numpy(buffer.copy()), torch.from_numpy(offsets)
