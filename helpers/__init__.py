@@ -151,7 +151,7 @@ from .timing.diagnosis.result import Diagnosis
 from .timing.diagnosis.rules import Recommendation
 from .timing.diagnosis.run import diagnose
 from .timing.hooks import MAIN_PROCESS
-from .timing.recorder import record
+from .timing.recorder import record, record_fastest
 from .timing.report import Table, progress, table
 from .timing.settings import HAS_IN_ORDER, LoaderSettings
 from .timing.theory import (
@@ -254,6 +254,7 @@ __all__ = [
     "config", "failures", "lessons", "pauses", "startup", "torch_internals", "diagnosis", "theory",
     "transfer",
     "MAIN_PROCESS", "HAS_IN_ORDER", "BatchRecord", "EpochRecord", "Pause", "Span", "Timeline", "record",
+    "record_fastest",
     "LoaderSettings", "Table", "progress", "table",
     "available_cores", "cache_dir", "cpu_limits", "effective_cores", "is_smoke", "results_dir", "seconds",
     "sized", "start_method",
