@@ -14,6 +14,7 @@ threads inside one process, to compare threads with worker processes on the same
 
 from __future__ import annotations
 
+import functools
 import os
 import tarfile
 from collections.abc import Sequence
@@ -246,18 +247,17 @@ def record_best(loaders: dict[Any, Any], step: Any = None, *, rounds: int = 2,
     the system's own work) only ever slows a run down, so the faster of two is the closer to
     what the cores can do; interleaved, one slow moment cannot hit every run of one
     loader. ``describe(key)`` names a run in the progress bar (``progress=False``: none)."""
-    if not isinstance(rounds, int) or rounds < 1:
-        raise ValueError(f"rounds must be a whole number of at least 1, got {rounds!r}")
-    from ..timing.recorder import record
+    from ..timing.recorder import record, record_fastest
 
-    best: dict[Any, Any] = {}
-    for r in range(rounds):
-        for key, loader in loaders.items():
-            label = describe(key) + (f" (round {r + 1} of {rounds})" if rounds > 1 else "")
-            tl = record(loader, step, progress=label if progress else False)
-            if key not in best or decode_rate(tl) > decode_rate(best[key]):
-                best[key] = tl
-    return best
+    made = dict.fromkeys(loaders, 0)
+
+    def run(key: Any) -> Any:
+        made[key] += 1
+        label = describe(key) + (f" (round {made[key]} of {rounds})" if rounds > 1 else "")
+        return record(loaders[key], step, progress=label if progress else False)
+
+    return record_fastest({key: functools.partial(run, key) for key in loaders}, rounds,
+                          score=lambda tl: -decode_rate(tl))
 
 
 def cost_per_image(dataset: JpegDataset, count: int = 32) -> dict[str, float]:

@@ -136,14 +136,15 @@ def record(
     return Timeline(batches=batches, epochs=epoch_records, config=config, spans=spans, pauses=pauses)
 
 
-def record_fastest(runs: dict[Any, Callable[[], Timeline]], rounds: int = 2) -> dict[Any, Timeline]:
+def record_fastest(runs: dict[Any, Callable[[], Timeline]], rounds: int = 2, *,
+                   score: Callable[[Timeline], float] | None = None) -> dict[Any, Timeline]:
     """Make every recording in ``runs`` (zero-argument callables, each returning a :func:`record`
     timeline) ``rounds`` times, the rounds interleaved (each once, then each again), and keep per
-    key the one with the least time per batch over the whole run (``iter()`` to the last step's
-    end). Whatever else the machine does meanwhile only ever slows a run down, so the faster of two
-    is the closer to what the configuration costs; interleaved, one slow moment cannot hit every run
-    of one key. For runs of a second or less (smoke sizes), where one disturbance sets the result;
-    :func:`helpers.record_best` does the same for notebook 14's decoding, by images per second."""
+    key the one with the lowest ``score`` — by default the time per batch over the whole run
+    (``iter()`` to the last step's end). Whatever else the machine does meanwhile only ever slows a
+    run down, so the faster of two is the closer to what the configuration costs; interleaved, one
+    slow moment cannot hit every run of one key. For runs of a second or less (smoke sizes), where
+    one disturbance sets the result (notebook 19; :func:`helpers.record_best` for notebook 14)."""
     if not isinstance(rounds, int) or rounds < 1:
         raise ValueError(f"rounds must be a whole number of at least 1, got {rounds!r}")
 
@@ -152,11 +153,12 @@ def record_fastest(runs: dict[Any, Callable[[], Timeline]], rounds: int = 2) -> 
             return float("inf")
         return (tl.batches[-1].step_end - tl.epochs[0].iter_start) / len(tl.batches)
 
+    score = score or per_batch
     best: dict[Any, Timeline] = {}
     for _ in range(rounds):
         for key, run in runs.items():
             tl = run()
-            if key not in best or per_batch(tl) < per_batch(best[key]):
+            if key not in best or score(tl) < score(best[key]):
                 best[key] = tl
     return best
 
