@@ -6,6 +6,7 @@ import contextlib
 import datetime as _dt
 import json
 import multiprocessing as mp
+import multiprocessing.util as mp_util
 import platform
 import shutil
 import sys
@@ -39,9 +40,22 @@ def accelerator_name() -> str | None:
 def use_start_method() -> str:
     """Make the lab's start method (``DLLAB_START_METHOD``, else the platform's default) the
     default of this process, so every ``DataLoader`` without a ``multiprocessing_context``
-    starts its workers with it; returns its name. Notebooks call it once, in their setup."""
+    starts its workers with it; returns its name. Notebooks call it once, in their setup.
+
+    It also makes this process's multiprocessing folder (``pymp-*``, removed when the process
+    exits) before any worker starts. A worker sending its first tensor opens a socket in that
+    folder (``multiprocessing.resource_sharer``); one that inherits no folder, as a spawned or
+    forkserver worker of a process without one, makes its own, and a fresh Python's first use
+    of the temporary folder writes and removes a probe file there
+    (``tempfile._get_default_tempdir``). A worker shut down with a batch still in its queue's
+    sending thread can exit in the middle of that probe: a 0-byte file with an 8-character name
+    stays in the temporary folder (seen once, in a fresh clone's browser tests, which run
+    notebook 05's spawn loaders; Python's ``queues.py`` sends from a daemon thread, and PyTorch's
+    ``_worker_loop`` exits without waiting for it, ``cancel_join_thread()``). Every worker
+    started afterwards inherits this folder and makes none, so it never probes."""
     method = config.start_method()
     mp.set_start_method(method, force=True)
+    mp_util.get_temp_dir()
     return method
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -60,6 +61,10 @@ def left_in(tmpdir: Path) -> list[str]:
     return sorted(p.name for p in tmpdir.iterdir() if not p.name.startswith(KEPT_BY_DESIGN))
 
 
+#: The name of the file ``tempfile._get_default_tempdir`` writes and removes in a fresh process.
+PROBE_NAME = re.compile(r"[a-z0-9_]{8}")
+
+
 def describe(path: Path) -> str:
     """The name, when it last changed, and what it is (a clue to which test or notebook made it)."""
     try:
@@ -73,6 +78,10 @@ def describe(path: Path) -> str:
             size = path.stat().st_size
             head = path.read_bytes()[:60] if size else b""
             what = f"a file of {size} bytes" + (f" starting {head!r}" if head else "")
+            if size == 0 and PROBE_NAME.fullmatch(path.name):
+                what += (": likely Python's probe of the temporary folder (tempfile), left by a fresh"
+                         " process that exited during its first use of it, such as a spawned DataLoader"
+                         " worker shut down with a batch in flight: see helpers.use_start_method")
     except OSError:
         return path.name
     return f"{path.name} ({what}; last changed {made})"

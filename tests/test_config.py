@@ -103,3 +103,70 @@ def test_cache_dir_is_one_named_folder_emptied_for_each_run(monkeypatch, tmp_pat
         assert default.parent == config.repo_root() / "cache"
     finally:
         default.rmdir()
+
+
+# A hook on a fresh Python's first use of the temporary folder (tempfile's probe file), loaded by
+# every process of the run below through PYTHONPATH: it writes the pid of each process that probes.
+_PROBE_HOOK = '''
+import os, tempfile
+_probe = tempfile._get_default_tempdir
+def _logged():
+    with open(os.environ["DLLAB_PROBE_LOG"], "a") as log:
+        log.write(f"{os.getpid()}\\n")
+    return _probe()
+tempfile._get_default_tempdir = _logged
+'''
+
+_SPAWN_LOADER = '''
+import os, sys
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+import helpers
+if sys.argv[1] == "use_start_method":
+    helpers.use_start_method()
+loader = DataLoader(TensorDataset(torch.zeros(8, 4)), batch_size=1, num_workers=2,
+                    multiprocessing_context="spawn", timeout=120)
+assert sum(1 for _ in loader) == 8
+print(os.getpid())
+'''
+
+
+def probing_workers(tmp_path, setup: str) -> tuple[set[int], list[str]]:
+    """Run a spawn DataLoader in a fresh Python: the worker pids that probed the temporary folder,
+    and what the run left in it."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    hook, log = tmp_path / f"hook-{setup}", tmp_path / f"probes-{setup}"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(_PROBE_HOOK)
+    # A short temporary folder: the workers' sockets go in it, and a Unix socket's path has at
+    # most 107 bytes (pytest's tmp_path is too long: the worker's feeder thread fails, unseen).
+    tmp = tempfile.mkdtemp(prefix="probe-")
+    try:
+        root = Path(__file__).resolve().parent.parent
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hook), str(root)]), "TMPDIR": tmp,
+               "DLLAB_PROBE_LOG": str(log), config.START_METHOD_ENV: "spawn"}
+        run = subprocess.run([sys.executable, "-c", _SPAWN_LOADER, setup], env=env, cwd=root,
+                             capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, run.stderr
+        left = sorted(os.listdir(tmp))
+    finally:
+        shutil.rmtree(tmp)
+    main = int(run.stdout.split()[-1])
+    probed = {int(pid) for pid in log.read_text().split()} if log.exists() else set()
+    return probed - {main}, left
+
+
+def test_after_use_start_method_spawned_workers_never_probe_the_temporary_folder(tmp_path):
+    # The premise: without it, a spawned worker sending tensors probes (and could leave the probe
+    # file behind when shut down in the middle of it).
+    workers, _ = probing_workers(tmp_path, "plain")
+    assert workers, "no spawned worker probed the temporary folder: the premise of this test changed"
+    workers, left = probing_workers(tmp_path, "use_start_method")
+    assert workers == set(), f"workers {sorted(workers)} probed the temporary folder"
+    assert left == [], left

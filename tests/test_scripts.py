@@ -99,6 +99,17 @@ def test_leftovers_finds_a_folder_a_detached_process_and_a_segment_and_removes_t
     assert not [p for p in Path("/dev/shm").glob("torch_*_0_0")]
 
 
+def test_leftovers_names_a_left_probe_file_as_python_s_temporary_folder_probe():
+    done = run_leftovers("import os, tempfile\n"
+                         "open(os.path.join(tempfile.gettempdir(), 'nexgf1h_'), 'wb').close()\n"
+                         "open(os.path.join(tempfile.gettempdir(), 'notes.txt'), 'wb').close()\n")
+    assert done.returncode == 1
+    lines = {line.split()[0]: line for line in done.stderr.splitlines() if line.startswith("  ")
+             for line in [line.strip().removeprefix("in its temporary folder: ")]}
+    assert "probe of the temporary folder" in lines["nexgf1h_"]
+    assert "probe" not in lines["notes.txt"]
+
+
 def test_leftovers_refuses_a_missing_command():
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / "leftovers.py")], capture_output=True,
                           text=True, timeout=60)
