@@ -162,9 +162,11 @@ class WorkerMemory:
         one worker's exit and the next), so a sample rarely falls in one, but when it does it
         becomes that worker's peak: a measure of the main process's writes, not of this worker's
         reading. The window opens inside a round, too: under a CPU quota the sampler can be
-        stopped for 100 ms between two workers' samples, and the first can exit meanwhile (seen:
-        one worker 8.9 MiB above the no-data workers, all of it in its heap, at the round's second
-        sample 0.22 s after the first)."""
+        stopped for 100 ms between two workers' samples, and the first can exit meanwhile; a test
+        kills a child between two samples. (This does not explain the rare numpy-bytes worker
+        8.4-8.9 MiB above the no-data workers that notebook 12 still sees: in the one such run
+        recorded per mapping, the extra pages were in the heap and the other worker was sampled
+        alive after the jump. Open; see the README, "What the slower kind and the quotas found".)"""
         sizes: dict[int, int] = {}
         for s in self.samples:
             sizes[s.round] = sizes.get(s.round, 0) + 1

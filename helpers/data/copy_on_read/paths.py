@@ -39,9 +39,7 @@ def no_hugepage_hint() -> Iterator[None]:
     Where ``/sys/kernel/mm/transparent_hugepage/enabled`` says ``madvise`` or ``always``, the
     kernel's ``khugepaged`` may later merge such an array's pages into huge pages in one process
     — a copy — and a forked worker's pages of it stop being shared though nobody wrote to it.
-    Notebook 12 compares what *reading* copies, so its arrays are made without the hint. (A run
-    here once saw a numpy-bytes worker 8.4 MiB above a no-data worker: the array's 7.7 MiB and
-    the usual 0.7.)"""
+    Notebook 12 compares what *reading* copies, so its arrays are made without the hint."""
     try:
         from numpy._core.multiarray import _set_madvise_hugepage
     except ImportError:  # NumPy 1.x
@@ -64,9 +62,11 @@ def refuse_huge_pages(array: np.ndarray | torch.Tensor) -> bool:
     """Mark the whole pages of ``array``'s buffer ``MADV_NOHUGEPAGE``, so that ``khugepaged`` never
     merges them into huge pages (a copy) in a forked worker. :func:`no_hugepage_hint` alone was not
     enough: an array made without NumPy's hint can reuse heap memory an earlier array was hinted in
-    (the hint marks the address range, not the array), and a fresh clone's ``make test`` saw one
-    numpy-bytes worker 8.4 MiB above a no-data worker again — the array's 7.7 MiB. Returns whether
-    the kernel took the advice (False off Linux, or for a buffer under a page)."""
+    (the hint marks the address range, not the array). Returns whether the kernel took the advice
+    (False off Linux, or for a buffer under a page). (It was added for a numpy-bytes worker seen
+    8.4 MiB above a no-data worker; that incident recurs with it, and the one recorded per mapping
+    had its extra pages in the heap, not in the array: the flag stays, as harmless, and the cause
+    is open.)"""
     import ctypes
     import mmap
     import sys
