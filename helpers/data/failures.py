@@ -77,6 +77,10 @@ def torch_segments() -> list[str]:
     return sorted(p.name for p in SHM.iterdir() if p.name.startswith("torch_"))
 
 
+#: POSIX named semaphores live in /dev/shm as ``sem.<name>`` (glibc's ``sem_open``).
+SEMAPHORES = "/dev/shm/sem."
+
+
 def shm_held_bytes(pids: set[int] | None = None) -> int:
     """Bytes of ``/dev/shm`` that these processes hold (default: this one and its children).
 
@@ -86,7 +90,10 @@ def shm_held_bytes(pids: set[int] | None = None) -> int:
     ``MapAllocator.cpp``), and with the ``file_system`` strategy a batch in flight is such a named
     file that no process has mapped yet. Other programs' use of ``/dev/shm`` (a browser's, another
     notebook's) is left out, which the free space of the file system (:func:`shm_used_bytes`) cannot do.
-    0 where there is no ``/proc`` or ``/dev/shm`` (macOS, Windows).
+    So are POSIX semaphores (``sem.*``, a page each): a DataLoader iterator's queues and events map 14
+    of them with 2 workers (multiprocessing's locks), which are no data (a test once saw a run's six
+    batches plus those 56 KiB go over its bound). 0 where there is no ``/proc`` or ``/dev/shm``
+    (macOS, Windows).
     """
     if not SHM.is_dir() or not Path("/proc/self/maps").exists():
         return 0
@@ -97,7 +104,8 @@ def shm_held_bytes(pids: set[int] | None = None) -> int:
         try:
             for fd in os.listdir(f"/proc/{pid}/fd"):
                 try:
-                    if os.readlink(f"/proc/{pid}/fd/{fd}").startswith("/dev/shm/"):
+                    target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                    if target.startswith("/dev/shm/") and not target.startswith(SEMAPHORES):
                         held = os.stat(f"/proc/{pid}/fd/{fd}")
                         sizes[held.st_ino] = max(sizes.get(held.st_ino, 0), held.st_size)
                 except OSError:  # closed meanwhile
@@ -105,7 +113,9 @@ def shm_held_bytes(pids: set[int] | None = None) -> int:
             with open(f"/proc/{pid}/maps") as maps:
                 for line in maps:
                     if "/dev/shm/" in line:  # start-end perms offset dev inode path
-                        span, _perms, offset, _dev, inode, _path = line.split(None, 5)
+                        span, _perms, offset, _dev, inode, path = line.split(None, 5)
+                        if path.startswith(SEMAPHORES):
+                            continue
                         start, end = (int(x, 16) for x in span.split("-"))
                         sizes[int(inode)] = max(sizes.get(int(inode), 0), int(offset, 16) + end - start)
         except OSError:  # the process ended meanwhile
