@@ -220,7 +220,10 @@ def test_loaders_of_every_kind_get_the_advice_a_careful_engineer_would_give(quie
         # failed 2 runs in 4); this case is about pin_memory without an accelerator, not that line.
         "pin_memory, no accelerator": (DataLoader(helpers.WorkDataset(48, item_shape=(8,)), batch_size=4,
                                                   pin_memory=True), 0.02, ["none"]),
-        "no batching, 1 worker": (DataLoader(helpers.WorkDataset(24), batch_size=None, num_workers=1), 0.005,
+        # 20 ms for the same reason: each sample crosses from the worker on its own (0.3-0.4 ms on the
+        # slower kind), 7 % of a 5 ms step in one fresh clone's run ("unexplained" where "none" was
+        # expected); the case is about batch_size=None, not the 5 % line.
+        "no batching, 1 worker": (DataLoader(helpers.WorkDataset(24), batch_size=None, num_workers=1), 0.02,
                                   ["none"]),
         "shuffled, spawn, persistent": (DataLoader(helpers.WorkDataset(48, item_wait_s=0.002), batch_size=4,
                                                    shuffle=True, num_workers=1,
