@@ -199,13 +199,18 @@ def test_epoch_workers_tells_persistent_workers_from_new_ones(persistent):
         helpers.epoch_workers(memory, helpers.record(DataLoader(list(range(4))), progress=False))
 
 
-def test_worker_memory_stops_its_thread_and_plots_under_the_timeline():
+def test_worker_memory_stops_its_thread_and_plots_under_the_timeline(monkeypatch):
     import threading
 
     import matplotlib.pyplot as plt
 
+    from helpers.data.copy_on_read import memory as memory_module
+
+    released = []
+    monkeypatch.setattr(memory_module, "release_freed_heap", lambda: released.append(True))
     loader = DataLoader(helpers.PathDataset(PATHS[:20_000], "numpy bytes"), batch_size=500, num_workers=1)
     run, timeline, memory = helpers.measure_memory(loader, helpers.ModelledStep(0.01), progress=False)
+    assert released == [True], "measure_memory must release freed heap before its workers fork"
     assert not any(t.name == "worker-memory" for t in threading.enumerate())
     assert memory.samples and np.all(np.diff([s.t for s in memory.series(memory.pids()[0])]) > 0)
     figure = helpers.plot_worker_memory(timeline, memory, run.data_bytes)
@@ -279,3 +284,59 @@ def test_the_lessons_arrays_refuse_huge_pages_even_where_an_earlier_array_was_hi
     from helpers.data.copy_on_read.paths import refuse_huge_pages
 
     assert refuse_huge_pages(np.zeros(16, dtype=np.uint8)) is False  # under a page: nothing to mark
+
+
+ORPHANED_HEAP = r"""
+import ctypes, os, sys, time
+import psutil
+from helpers.data.copy_on_read.memory import release_freed_heap
+libc = ctypes.CDLL(None)
+libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+libc.free.argtypes = [ctypes.c_void_p]
+libc.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+libc.mallopt(-3, 64 << 20)   # M_MMAP_THRESHOLD: 8 MiB chunks on the heap (glibc raises it so itself
+libc.mallopt(-1, 256 << 20)  # after freeing a mapped chunk); M_TRIM_THRESHOLD: free() trims nothing
+size = 8 << 20
+def fill():
+    chunk = libc.malloc(size)
+    ctypes.memset(chunk, 2, size)
+below = libc.malloc(size); ctypes.memset(below, 1, size); above = libc.malloc(64)
+libc.free(below)                     # freed before the fork: resident, and inherited by both workers
+if sys.argv[1] == "release":
+    release_freed_heap()
+go_idle, go_writer = os.pipe(), os.pipe()
+workers = []
+for go, work in ((go_idle, False), (go_writer, True)):
+    pid = os.fork()
+    if pid == 0:
+        os.read(go[0], 1)
+        if work:
+            fill()                   # a worker's own allocation reuses the freed chunk
+        os._exit(0)
+    workers.append(pid)
+time.sleep(0.3)
+before = psutil.Process(workers[0]).memory_full_info().uss
+fill()                               # so does the main process's
+os.write(go_writer[1], b"x"); os.waitpid(workers[1], 0)
+print((psutil.Process(workers[0]).memory_full_info().uss - before) / (1 << 20))
+os.write(go_idle[1], b"x"); os.waitpid(workers[0], 0)
+"""
+
+
+@pytest.mark.skipif(not FORK or not helpers.data.copy_on_read.memory.release_freed_heap(),
+                    reason="needs fork and glibc")
+def test_a_worker_that_reads_nothing_grows_by_freed_heap_the_others_reuse_unless_it_is_released():
+    # The main process and one worker each reuse a chunk freed before the fork: the other worker
+    # is left the last holder of its pages and its USS grows by them (notebook 12's rare array
+    # worker ~8.5 MiB up, in its heap). measure_memory releases freed heap before it forks.
+    import subprocess
+    import sys
+
+    def grew(mode):
+        out = subprocess.run([sys.executable, "-c", ORPHANED_HEAP, mode], capture_output=True, text=True,
+                             timeout=60, cwd=Path(helpers.__file__).parent.parent)
+        assert out.returncode == 0, out.stderr
+        return float(out.stdout)
+
+    assert grew("keep") > 6, "the idle worker should have been left holding the freed chunk"
+    assert grew("release") < 1

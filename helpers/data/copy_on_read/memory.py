@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import sys
 import threading
@@ -19,6 +20,27 @@ from .paths import MiB, PathDataset
 
 
 # -- worker memory over time ------------------------------------------------------------------
+def release_freed_heap() -> bool:
+    """Hand the pages of freed heap chunks back to the system (glibc's ``malloc_trim(0)``), so a
+    worker forked next inherits none of them. Returns False where there is no glibc (nothing done).
+
+    Why it matters to a measurement of copied memory: a chunk this process freed before the fork
+    is still resident, and every worker inherits its pages, shared. Once this process reuses the
+    chunk (it copies the pages it writes) and one worker reuses it too, the other worker is the
+    last holder of those pages and its USS grows by them, with nothing read. A test shows 8 MiB so
+    (``tests/test_copy_on_read.py``). It is the mechanism that fits what notebook 12 saw about once
+    in 6-10 runs: one worker of an array storage 8.4-10.1 MiB above the no-data workers, the extra
+    pages in its heap (see the README, "Still open")."""
+    try:
+        libc = ctypes.CDLL(None)
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):  # not glibc (musl, macOS, Windows)
+        return False
+    trim.argtypes = [ctypes.c_size_t]
+    trim(0)
+    return True
+
+
 def private_dirty(pid: int, fallback: int = 0) -> int:
     """A process's private dirty bytes (``Private_Dirty`` in ``/proc/<pid>/smaps_rollup``): the
     pages it wrote that no other process maps. ``fallback`` where the file is missing (not Linux)."""
@@ -166,7 +188,9 @@ class WorkerMemory:
         kills a child between two samples. (This does not explain the rare numpy-bytes worker
         8.4-8.9 MiB above the no-data workers that notebook 12 still sees: in the one such run
         recorded per mapping, the extra pages were in the heap and the other worker was sampled
-        alive after the jump. Open; see the README, "What the slower kind and the quotas found".)"""
+        alive after the jump. The mechanism that fits, heap chunks freed before the fork that the
+        main process and the other worker then reused, is what :func:`release_freed_heap` removes
+        before the workers fork; see the README, "Still open".)"""
         sizes: dict[int, int] = {}
         for s in self.samples:
             sizes[s.round] = sizes.get(s.round, 0) + 1
@@ -334,6 +358,7 @@ def measure_memory(loader: Any, step: Any = None, *, epochs: int = 1, interval_s
     # copy inherited pages at random moments and blur what reading the data copies.
     gc.collect()
     gc.freeze()
+    release_freed_heap()  # and no freed heap page for this process and one worker to orphan in the other
     try:
         with WorkerMemory(interval_s=interval_s) as memory:
             label = f"{dataset.storage}, {method}" if progress else False
