@@ -134,6 +134,7 @@ from .system import (
     get_device,
     save_results,
     shm_info,
+    slept_s,
     torch_threads,
     use_start_method,
 )
@@ -289,7 +290,7 @@ __all__ = [
     "time_files", "time_objects", "timing_table",
     "BatchedSqliteDataset", "SqliteDataset", "make_sqlite_db",
     "accelerator_name", "describe_machine", "format_shm", "free_cores", "get_device", "save_results",
-    "shm_info", "torch_threads", "use_start_method",
+    "shm_info", "slept_s", "torch_threads", "use_start_method",
     "checks_html", "run_setup_checks",
     "Check", "LessonCheckFailed", "LessonChecks", "show_checks", "timing_noise_s",
     "cycle", "epoch_first_batch_gaps", "median_interval_s", "predicted_fetch_speedup", "shutdown_gaps",

@@ -9,6 +9,7 @@ import multiprocessing as mp
 import multiprocessing.util as mp_util
 import platform
 import shutil
+import statistics
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -122,6 +123,22 @@ def shm_info(path: str = "/dev/shm") -> dict[str, float] | None:
 def format_shm(info: dict[str, float]) -> str:
     """``shm_info()`` as text, e.g. ``"2.00 GiB, 1.50 GiB free"``."""
     return f"{info['total_bytes'] / 2**30:.2f} GiB, {info['free_bytes'] / 2**30:.2f} GiB free"
+
+
+def slept_s(wait_s: float, count: int = 64) -> float:
+    """How long ``time.sleep(wait_s)`` takes on this machine now: the median of ``count`` sleeps
+    (s). A sleep ends when the kernel's timer fires and the scheduler runs the thread again, so it
+    overshoots: by tens of microseconds on an idle machine, more on a busy or slow one. A cost
+    modelled as ``count`` sleeps of ``wait_s`` costs ``count * slept_s(wait_s)``."""
+    if not wait_s > 0 or not isinstance(count, int) or count < 1:
+        raise ValueError(f"slept_s needs wait_s > 0 seconds and a whole count >= 1, "
+                         f"got {wait_s!r} and {count!r}")
+    times = []
+    for _ in range(count):
+        start = time.perf_counter()
+        time.sleep(wait_s)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
 
 
 def burn_cpu(cpu_s: float) -> None:

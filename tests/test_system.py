@@ -117,3 +117,13 @@ def test_a_kernel_with_a_forkserver_shuts_down_cleanly_once_it_imported_helpers(
     left = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("pymp-"))
     shutil.rmtree(tmp_path)
     assert not left, f"a kernel stopped by SIGTERM after {took:.1f} s left {left}"
+
+
+def test_slept_s_measures_what_a_sleep_takes_here_and_refuses_nonsense():
+    # A sleep overshoots (timer and scheduler), never undershoots: 08's arithmetic counts a round
+    # trip as long as this says.
+    took = helpers.slept_s(0.001, count=8)
+    assert 0.001 <= took < 0.05
+    for wait_s, count in ((0, 8), (-0.001, 8), (0.001, 0), (0.001, 2.5)):
+        with pytest.raises(ValueError, match="wait_s > 0 seconds and a whole count"):
+            helpers.slept_s(wait_s, count)
