@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import mmap
 import os
+import re
 import time
 
 import psutil
@@ -94,7 +96,10 @@ def test_shm_monitor_counts_the_runs_segments_and_not_what_other_programs_do_in_
         done.touch()
         program.wait(timeout=30)
     assert not path.exists()
-    assert batch_bytes <= shm.peak_extra_bytes <= (2 * 2 + 2) * batch_bytes
+    # At most 6 batches in flight (2 workers x prefetch 2, the one the loop holds, the one next()
+    # returns), each a segment of its bytes plus a header (file_system), which a mapping counts to its
+    # last page: a fresh clone's run once read 6 batches + 4416 bytes (a page and 5 x 64).
+    assert batch_bytes <= shm.peak_extra_bytes <= (2 * 2 + 2) * (batch_bytes + mmap.PAGESIZE)
 
 
 @pytest.mark.skipif(not (os.path.isdir("/dev/shm") and os.path.exists("/proc/self/maps")), reason="Linux")
@@ -118,7 +123,20 @@ def test_fd_demo_fails_for_real_and_clones_fix_it():
     cloned = helpers.run_demo("fd", "--limit", "128", "--batches", "300", "--keep", "clone")
     assert cloned.returncode == 0 and cloned.result["batches_kept"] == 300
     assert {p.pid for p in psutil.Process().children(recursive=True)} <= before
-    assert not helpers.torch_segments()
+    # A segment left behind outlives the process that made it (ATen names it torch_<creator pid>_…).
+    # Another test running beside this one (pytest -n 2) holds segments of live workers: a fresh
+    # clone's run once failed here on one of those.
+    assert not _orphaned_segments(), _orphaned_segments()
+
+
+def _orphaned_segments(grace_s=1.0):
+    def orphans():
+        creators = {name: re.match(r"torch_(\d+)_", name) for name in helpers.torch_segments()}
+        return {name for name, m in creators.items() if not m or not psutil.pid_exists(int(m[1]))}
+    first = orphans()
+    if first:
+        time.sleep(grace_s)  # the receiver of a batch may still be unlinking it
+    return sorted(first & orphans())
 
 
 @pytest.mark.skipif(not helpers.shm_sandbox_available(), reason="no private /dev/shm (user namespaces)")
