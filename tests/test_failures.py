@@ -126,7 +126,8 @@ def test_fd_demo_fails_for_real_and_clones_fix_it():
     # A segment left behind outlives the process that made it (ATen names it torch_<creator pid>_…).
     # Another test running beside this one (pytest -n 2) holds segments of live workers: a fresh
     # clone's run once failed here on one of those.
-    assert not _orphaned_segments(), _orphaned_segments()
+    orphaned = _orphaned_segments()
+    assert not orphaned, orphaned
 
 
 def _orphaned_segments(grace_s=1.0):
