@@ -222,6 +222,26 @@ def test_local_cache_serves_the_second_epoch(store, keys, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(cache_name(k) for k in keys)
 
 
+def test_epoch_rate_leaves_the_last_workers_start_out():
+    # 13's cached second epoch under spawn (a red run: 195 -> 260 samples/s, "at least 2x" failed):
+    # worker 0's first batch at 0 s, worker 1's 0.3 s later (it started later), then the four
+    # batches they had ready, one per 5 ms step. Counted from the first batch, the rate is
+    # 5 x 32 / 0.32 s = 500/s, worker 1's late start; once both deliver, 4 x 32 / 0.02 s.
+    from types import SimpleNamespace
+
+    from helpers.data.remote.requests import samples_per_s
+
+    def batch(worker, ready, epoch=1):
+        return SimpleNamespace(epoch=epoch, worker=worker, ready=ready, indices=tuple(range(32)))
+
+    late = [batch(0, 10.0), batch(1, 10.3)] + [batch(k % 2, 10.3 + 0.005 * k) for k in range(1, 5)]
+    slow = [batch(k % 2, 0.25 * (k + 1), epoch=0) for k in range(6)]  # data-bound: a batch each 0.25 s
+    tl = SimpleNamespace(batches=slow + late)
+    assert samples_per_s(tl, 1) == pytest.approx(4 * 32 / 0.02)
+    assert samples_per_s(tl, 0) == pytest.approx(4 * 32 / 1.0)
+    assert np.isnan(samples_per_s(SimpleNamespace(batches=[batch(0, 1.0)]), 1))
+
+
 def test_samples_carry_their_bytes(store, keys):
     dataset = helpers.S3Dataset(store.endpoint(), "test", keys)
     client = store.endpoint().client()

@@ -328,10 +328,21 @@ def measure_requests(
 
 
 def samples_per_s(timeline: Any, epoch: int | None = None) -> float:
-    """Samples per second once data flows: from the first batch in hand to the last."""
-    batches = [b for b in timeline.batches if epoch is None or b.epoch == epoch]
-    if len(batches) < 2:
+    """Samples per second once data flows: from the moment every worker has handed the loop its
+    first batch to the last batch in hand, counting the batches after that moment. Workers start
+    one after another (under spawn each imports torch first: notebook 05), and a loader without
+    ``persistent_workers`` starts new ones every epoch: from the first batch alone, a short epoch
+    that reads fast would measure how late the last worker started."""
+    chosen = (b for b in timeline.batches if epoch is None or b.epoch == epoch)
+    batches = sorted(chosen, key=lambda b: b.ready)
+    first: dict[int, float] = {}
+    for b in batches:
+        first.setdefault(b.worker, b.ready)
+    if not first:
         return float("nan")
-    ready = sorted(b.ready for b in batches)
-    samples = sum(len(b.indices) if b.indices else 0 for b in batches[1:])
-    return samples / (ready[-1] - ready[0]) if ready[-1] > ready[0] else float("nan")
+    start = max(first.values())
+    later = [b for b in batches if b.ready > start]
+    if not later:
+        return float("nan")
+    samples = sum(len(b.indices) if b.indices else 0 for b in later)
+    return samples / (later[-1].ready - start)
