@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -114,3 +115,32 @@ def test_leftovers_refuses_a_missing_command():
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / "leftovers.py")], capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 2 and "give the command to run after --" in done.stderr
+
+
+# -- run_notebooks.py: the GPU machine's runner ----------------------------------------------------
+def test_run_notebooks_reports_each_cell_and_a_failure(tmp_path):
+    import nbformat
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# a"),
+                                         nbformat.v4.new_code_cell("print('measured 7')"),
+                                         nbformat.v4.new_code_cell("raise ValueError('premise failed')"),
+                                         nbformat.v4.new_code_cell("print('never')")])
+    path = tmp_path / "99_probe.ipynb"
+    nbformat.write(nb, path)
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "run_notebooks.py"), "--out", str(out),
+                           "--timeout", "60", str(path)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stderr
+    progress = (out / "progress.txt").read_text().splitlines()
+    assert progress[0] == "99_probe.ipynb" and progress[1:3] == ["  [1] started", progress[2]]
+    assert progress[2].endswith(" s") and progress[3] == "  [2] started" and len(progress) == 4
+    report = (out / "notebooks.txt").read_text()
+    assert "[1] measured 7" in report and "[2] ValueError: premise failed" in report and "never" not in report
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["99_probe.ipynb"]["status"].startswith("CellExecutionError")
+
+
+def test_run_notebooks_names_the_choices_for_an_unknown_notebook(tmp_path):
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "run_notebooks.py"), "--out", str(tmp_path),
+                           "42"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "'42' names 0 notebooks; give one of: 00, 00b, 01" in done.stderr
