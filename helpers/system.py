@@ -8,6 +8,7 @@ import json
 import multiprocessing as mp
 import multiprocessing.util as mp_util
 import platform
+import queue
 import shutil
 import statistics
 import sys
@@ -153,33 +154,61 @@ def burn_cpu(cpu_s: float) -> None:
 
 def _spin(barrier, seconds: float, shares) -> None:
     """Burn CPU for ``seconds`` of wall time; report the share of a core this process got."""
-    barrier.wait()
+    barrier.wait()  # raises BrokenBarrierError at the barrier's timeout: a sibling never came
     wall0, cpu0 = time.perf_counter(), time.process_time()
     while time.perf_counter() - wall0 < seconds:
         pass
     shares.put((time.process_time() - cpu0) / (time.perf_counter() - wall0))
 
 
-def free_cores(processes: int = 2, seconds: float = 0.5, start_method: str | None = None) -> float:
+#: How long free_cores waits for its processes to start and report before it gives up (s).
+FREE_CORES_TIMEOUT_S = 120.0
+
+
+def free_cores(processes: int = 2, seconds: float = 0.5, start_method: str | None = None,
+               timeout_s: float = FREE_CORES_TIMEOUT_S) -> float:
     """How many cores' worth of CPU ``processes`` busy processes get right now, measured.
 
     Each process spins for ``seconds`` (they start together) and reports the CPU time it
     got over the wall time; the sum is the answer: about ``processes`` on an idle machine
     with that many cores, less when other programs compete for them. CPU-bound loading can
-    only speed up as far as this.
+    only speed up as far as this. A process that never starts or dies would leave the others
+    waiting for it: after ``timeout_s`` (or as soon as one exits with an error) every process is
+    stopped and a RuntimeError says how many reported.
     """
-    if processes < 1 or seconds <= 0:
-        raise ValueError(f"free_cores needs processes >= 1 and seconds > 0, got {processes}, {seconds}")
+    if processes < 1 or seconds <= 0 or timeout_s <= 0:
+        raise ValueError(f"free_cores needs processes >= 1, seconds > 0 and timeout_s > 0, got {processes}, "
+                         f"{seconds}, {timeout_s}")
     ctx = mp.get_context(start_method or config.default_start_method())
-    barrier, shares = ctx.Barrier(processes), ctx.SimpleQueue()
+    barrier, shares = ctx.Barrier(processes, timeout=timeout_s), ctx.Queue()
     children = [ctx.Process(target=_spin, args=(barrier, seconds, shares), daemon=True)
                 for _ in range(processes)]
-    for child in children:
-        child.start()
-    total = sum(shares.get() for _ in children)
-    for child in children:
-        child.join()
-    return total
+    deadline = time.monotonic() + timeout_s
+    got: list[float] = []
+    try:
+        for child in children:
+            child.start()
+        while len(got) < processes:
+            try:
+                got.append(shares.get(timeout=0.1))
+            except queue.Empty:
+                failed = [c.exitcode for c in children if c.exitcode not in (None, 0)]
+                if failed or time.monotonic() > deadline:
+                    why = (f"{len(failed)} exited with code(s) {sorted(set(failed))}" if failed else
+                           f"none for {timeout_s:.0f} s")
+                    raise RuntimeError(
+                        f"free_cores: {len(got)} of {processes} spinning processes reported ({why}). The "
+                        "machine may be overloaded or short of memory: close other programs, or measure "
+                        "with fewer processes (helpers.free_cores(n))") from None
+    finally:
+        for child in children:
+            if child.is_alive() and len(got) < processes:
+                child.terminate()
+            if child.pid is not None:
+                child.join()
+        shares.close()
+        shares.join_thread()
+    return sum(got)
 
 
 @contextlib.contextmanager

@@ -40,8 +40,34 @@ def test_competing_programs_take_cores_away():
 
 @pytest.mark.parametrize("processes, seconds", [(0, 0.1), (1, 0.0)])
 def test_free_cores_refuses_nonsense(processes, seconds):
-    with pytest.raises(ValueError, match="processes >= 1 and seconds > 0"):
+    with pytest.raises(ValueError, match="processes >= 1, seconds > 0"):
         helpers.free_cores(processes, seconds)
+
+
+def _never_reports(barrier, seconds, shares):
+    import time
+
+    time.sleep(60)
+
+
+def _dies(barrier, seconds, shares):
+    raise SystemExit(3)
+
+
+@pytest.mark.parametrize("target, why", [(_never_reports, "none for 2 s"),
+                                         (_dies, r"[12] exited with code\(s\) \[3\]")])
+def test_free_cores_stops_its_processes_and_says_so_when_one_never_reports(monkeypatch, target, why):
+    # A spinner that never starts (a fork that deadlocked, a machine out of memory) or dies would leave
+    # free_cores, and the notebook cell that called it, waiting for ever.
+    import psutil
+
+    from helpers import system
+
+    monkeypatch.setattr(system, "_spin", target)  # fork: the child runs what the parent holds
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    with pytest.raises(RuntimeError, match=f"free_cores: 0 of 2 spinning processes reported \\({why}\\)"):
+        helpers.free_cores(2, seconds=0.1, start_method="fork", timeout_s=2)
+    assert {p.pid for p in psutil.Process().children(recursive=True)} <= before
 
 
 def test_torch_threads_sets_and_restores_even_on_error():
