@@ -39,7 +39,11 @@ lab: $(STAMP)
 # and notebooks that compare timings, one at a time; then the browser. All of it inside
 # scripts/leftovers.py, which gives the run a temporary folder of its own and fails it if a process,
 # a file in that folder or a /dev/shm segment is left behind at the end.
+# The browser stage comes last: without Chromium, say so before the ~10 minutes of the rest, not after.
+CHROMIUM ?= chromium
 test: $(STAMP)
+	@command -v $(CHROMIUM) >/dev/null || { echo "make test: the browser test needs Debian's chromium," \
+	  "and '$(CHROMIUM)' is not on PATH: apt-get install chromium (.ci/run does this)" >&2; exit 2; }
 	$(BIN)/python scripts/leftovers.py -- $(MAKE) --no-print-directory lint untimed timed browser
 
 # The unit tests first, the notebooks last (xdist hands items out in this order). Handing the notebooks

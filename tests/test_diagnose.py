@@ -180,6 +180,30 @@ def test_workers_that_fill_the_cores_with_collate_get_the_collate_fn_not_the_sam
     assert "collate_fn" in d.knobs() and not {"sample_cost", "num_workers"} & set(d.knobs()), str(d)
 
 
+def test_inside_a_quota_a_computing_fetch_is_judged_against_the_cpu_each_worker_could_get(monkeypatch):
+    # make quota (1 CPU, the faster kind): notebook 16's mystery B, two workers computing their collate,
+    # read 42 % CPU per fetch; judged against a whole core it was "waiting", and the diagnosis said
+    # "none" (or advised 4 workers: "more workers than the 1 effective cores is fine"). Each of two
+    # workers inside 1 CPU gets at most half a core: 42 % of the time is computing.
+    from helpers import cores
+    from helpers.data.mysteries import SlowCollate
+    from helpers.timing.diagnosis.result import Diagnosis
+    from helpers.timing.diagnosis.rules import recommend
+
+    two = cores.CpuLimits(2, "os.sched_getaffinity", None)
+    _patch_diagnosis_cpu_limits(monkeypatch, two)
+    loader = DataLoader(helpers.WorkDataset(96, item_wait_s=0.0005), batch_size=4, num_workers=2,
+                        collate_fn=SlowCollate(0.02))
+    d = _diagnose(loader, 0.005, steps=16)
+    monkeypatch.setattr(Diagnosis, "cpu_share", property(lambda self: 0.42))
+    assert d.cpu_each(two) == 1.0 and not d.computes(two)
+    one = cores.CpuLimits(2, "os.sched_getaffinity", cores.CpuQuota(1.0, "cgroup v1 (a test)"))
+    _patch_diagnosis_cpu_limits(monkeypatch, one)
+    assert d.cpu_each(one) == 0.5 and d.computes(one)
+    assert "collate_fn" in [r.knob for r in recommend(d, loader)], str(d)
+    assert "computing; each fetching process could get at most 50% of a core" in str(d)
+
+
 def test_slow_batches_on_one_worker_get_in_order_false_and_spread_ones_a_deeper_prefetch():
     # One batch in 8 is 12× slower; with 4 workers in order every slow batch lands on worker 0. The
     # median fetch (16 ms) would find 4 workers plenty; the mean (38 ms) says 3 are needed: capacity is

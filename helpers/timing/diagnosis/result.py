@@ -185,6 +185,20 @@ class Diagnosis:
                   if b.fetch_cpu_s is not None and b.fetch_s > 0]
         return statistics.median(shares) if shares else None
 
+    def cpu_each(self, limits: Any = None) -> float:
+        """The most CPU each fetching process could get during the run, as a share of a core: 1,
+        or less with more workers than free cores or a CPU quota (1 CPU, 2 workers: 0.5)."""
+        limits = cpu_limits() if limits is None else limits
+        fetchers = max(len({b.worker for b in self.timeline.batches}), 1)
+        return min(1.0, min(limits.cores, float(self.free_cores(limits))) / fetchers)
+
+    def computes(self, limits: Any = None) -> bool:
+        """Whether a fetch is CPU-bound: its process used the CPU at least ``CPU_BOUND`` of the
+        CPU it could get (:meth:`cpu_each`). Beside more workers than cores, or inside a quota, a
+        computing fetch waits for the CPU, and its share of the wall time falls: inside 1 CPU
+        mystery B's two workers, computing their collate, read 42 %."""
+        return self.cpu_share is not None and self.cpu_share >= CPU_BOUND * self.cpu_each(limits)
+
     @property
     def collate_s(self) -> float | None:
         """The median time of ``collate_fn`` per batch, where it ran (a worker)."""
@@ -238,8 +252,10 @@ class Diagnosis:
              f"{self.steady_data_wait_share:.0%} (the rest: the main process taking batches in)"],
         ]
         if self.cpu_share is not None:
+            each = self.cpu_each()
+            most = "" if each >= 1 else f"; each fetching process could get at most {each:.0%} of a core"
             rows.append(["CPU used by a fetch", f"{self.cpu_share:.0%} of its time "
-                         f"({'computing' if self.cpu_share >= CPU_BOUND else 'waiting'})"])
+                         f"({'computing' if self.computes() else 'waiting'}{most})"])
         if self.cores:
             load = ("" if self.others_busy is None else
                     f"; other processes kept {self.others_busy:.1f} of them busy just before the run"

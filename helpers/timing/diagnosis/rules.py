@@ -150,7 +150,7 @@ def recommend(d: Diagnosis, loader: DataLoader, *, device: Any = None) -> list[R
             f", of which other processes kept {d.others_busy:.1f} busy (about {cores} free)")
     input_bound = d.steady_data_wait_share >= INPUT_BOUND  # waiting for batches not yet built
     needed = recommend_num_workers(n, y, main_s=m)
-    cpu_bound = d.cpu_share is not None and d.cpu_share >= CPU_BOUND
+    cpu_bound = d.computes(limits)  # against the CPU each worker could get (a quota, busy cores)
     rule = (f"a batch takes {_ms(n)} to fetch on average (median {_ms(d.fetch_median_s)}), the loop "
             f"{_ms(y)} per step and {_ms(m)} of its own per batch: x = ⌈n / (y + m)⌉ = {needed}")
     # The workers' own pace: how long they need per batch between them, against the loop's pace. A
