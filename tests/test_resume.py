@@ -4,6 +4,7 @@ sample ids; the set_vital warning handled exactly; bad input refused."""
 from __future__ import annotations
 
 import collections
+import time
 import warnings
 
 import pytest
@@ -15,12 +16,24 @@ from helpers.data.resume import ResumeResult, make_loader
 pytest.importorskip("torchdata")
 
 
-def test_stateful_loader_resumes_exactly_after_a_real_kill():
+def test_stateful_loader_resumes_exactly_after_a_real_kill(monkeypatch):
+    import helpers.data.resume as resume
+
+    waited = []
+
+    def timed(tag, descendants, wait=resume._wait_for_exit):
+        start = time.monotonic()
+        wait(tag, descendants)
+        waited.append(time.monotonic() - start)
+
+    monkeypatch.setattr(resume, "_wait_for_exit", timed)
     result = helpers.kill_and_resume("stateful", n=96, batch_size=4, num_workers=2, kill_after=9, every=4,
                                      step_s=0.005)
     assert result.killed_by == -9, "the first run was killed by SIGKILL"
     assert result.checkpoint_step == 8 and result.killed_after == 9
     assert helpers.child_processes() == set(), "the killed trainer's workers are gone too"
+    # killed with it (its process group), not orphaned until their watchdog looks (every 5 s in torch)
+    assert waited[0] < 2.5, f"the killed trainer's workers took {waited[0]:.1f} s to end"
     assert result.exact, result.describe()
     assert sorted(result.order) == list(range(96))
 

@@ -4,7 +4,8 @@ A training run in a child process (``python -m helpers._resume_child``) iterates
 :class:`IdDataset` (sample ``i`` is its own id), logs every batch's ids as it trains on it,
 and checkpoints every few steps: the step and, for torchdata's ``StatefulDataLoader``, the
 loader's ``state_dict()``. :func:`kill_and_resume` has that child killed for real (SIGKILL,
-sent by itself right after a given step, so the step is exact), starts a second child that
+sent by itself to its process group right after a given step, so the step is exact: the
+process and its DataLoader workers die at once, as a pre-emption kills a job), starts a second child that
 resumes from the last checkpoint, and counts, from the logged ids, how often each sample
 of the epoch was trained on: what the checkpoint covered of the first run plus everything
 of the second.
@@ -179,8 +180,13 @@ def train(config: dict[str, Any]) -> None:
                 state = loader.state_dict() if config["kind"] == "stateful" else None
                 _save(checkpoint, {"step": step, "loader": state})
             if step == config.get("kill_after"):
-                # killed for real, as the out-of-memory killer or a pre-emption would: no clean-up runs
-                # (killed from inside, right after this step, so the checkpoint it resumes from is known)
+                # killed for real, as a pre-emption kills a job: the process and its DataLoader workers
+                # at once, and no clean-up runs (killed from inside, right after this step, so the
+                # checkpoint it resumes from is known). :func:`_child` makes it its process group's
+                # leader; run any other way, it kills itself only, and its workers end when their
+                # watchdog sees it gone (torch checks every MP_STATUS_CHECK_INTERVAL, 5 s).
+                if os.getpgrp() == os.getpid():
+                    os.killpg(os.getpid(), signal.SIGKILL)
                 os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -247,6 +253,9 @@ def _child(config: dict, folder: Path) -> subprocess.Popen:
             # A child killed with SIGKILL takes its DataLoader workers down with it, and each leaves its
             # multiprocessing folder (pymp-*) in the temporary folder: here, ``folder``, removed after.
             env={**os.environ, "TMPDIR": str(folder)},
+            # its own process group, which its kill takes down whole (workers, a forkserver: every
+            # start method's workers are its descendants and stay in the group)
+            start_new_session=True,
             stdout=subprocess.DEVNULL,
             stderr=errors,
         )
@@ -317,7 +326,7 @@ def kill_and_resume(
             if first.poll() is None:
                 first.kill()
                 first.wait(10)
-            # its DataLoader workers outlive it until their watchdog sees it gone: wait for them
+            # its DataLoader workers died with it: make sure none is left
             _wait_for_exit(str(folder), seen)
         if first.returncode != -signal.SIGKILL:
             raise RuntimeError(
