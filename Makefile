@@ -56,8 +56,15 @@ untimed: $(STAMP)
 
 # The notebooks the browser test runs to the end (Run All, every cell's outputs checked as nbmake
 # checks them) are not run again here; `make notebooks` runs them all.
+# The timing stages collect only their own files (collecting all of tests/ imports every module: ~3 s a
+# run); tests/test_repository.py keeps these lists equal to tests/conftest.py's TIMING_FILES and to the
+# files that hold a browser test.
+TIMING_TESTS := tests/test_datasets_models.py tests/test_diagnose.py tests/test_distributed.py \
+  tests/test_images.py tests/test_prefetch.py tests/test_remote.py tests/test_storage.py \
+  tests/test_system.py tests/test_timeline.py
+BROWSER_TESTS := tests/test_browser.py tests/test_browser_overview.py
 timed: $(STAMP)
-	$(BIN)/python -m pytest -m "timing" -q
+	$(BIN)/python -m pytest -m "timing" -q $(TIMING_TESTS)
 	$(NBMAKE) $(filter-out $(BROWSER_NOTEBOOKS),$(TIMED_NOTEBOOKS))
 
 # --no-cache: ruff caches each file's result, but whether an import is first-party depends on other files
@@ -68,7 +75,7 @@ lint: $(STAMP)
 # Tests that compare real timings run alone, after the rest, which run two at a time (tests/conftest.py).
 unit: $(STAMP)
 	$(BIN)/python -m pytest -m "not browser and not timing" -q -n 2
-	$(BIN)/python -m pytest -m "timing" -q
+	$(BIN)/python -m pytest -m "timing" -q $(TIMING_TESTS)
 
 # Every notebook, as committed, in smoke mode; 300 s per cell at most. Progress bars off. The notebooks
 # whose lesson checks compare no timings on a CPU (ids, memory, real failures) run two at a time; every
@@ -102,7 +109,7 @@ start-methods: $(STAMP)
 	done
 
 browser: $(STAMP)
-	DLLAB_SMOKE=1 TQDM_DISABLE=1 $(BIN)/python -m pytest -m browser -q
+	DLLAB_SMOKE=1 TQDM_DISABLE=1 $(BIN)/python -m pytest -m browser -q $(BROWSER_TESTS)
 
 # Before class: present every notebook with a prediction (00b, 01-19) in the browser (deck, hidden
 # answer, vote, reveal, slider + Run inside the slide); screenshots in test-artifacts/. `make browser`

@@ -209,6 +209,19 @@ def _make_variable(name: str) -> list[str]:
     return found.group(1).split()
 
 
+def test_the_timing_and_browser_stages_collect_every_file_that_holds_their_tests():
+    """`make timed` and `make browser` collect only TIMING_TESTS and BROWSER_TESTS: a timing file
+    added to tests/conftest.py, or a browser test in another file, would otherwise never run."""
+    from tests.conftest import TIMING_FILES
+
+    assert {Path(f).name for f in _make_variable("TIMING_TESTS")} == TIMING_FILES
+    marked = {p.name for p in (ROOT / "tests").glob("test_*.py")
+              if re.search(r"pytest\.mark\.browser\b", p.read_text())}
+    assert {Path(f).name for f in _make_variable("BROWSER_TESTS")} == marked and marked
+    for f in _make_variable("TIMING_TESTS") + _make_variable("BROWSER_TESTS"):
+        assert (ROOT / f).is_file(), f
+
+
 def test_make_test_skips_in_nbmake_exactly_the_notebooks_the_browser_test_runs_to_the_end():
     """`make test` leaves BROWSER_NOTEBOOKS out of its nbmake run because the browser test runs
     them (Run All, every cell's outputs checked): the two lists must name the same notebooks, or
