@@ -209,16 +209,12 @@ def _make_variable(name: str) -> list[str]:
     return found.group(1).split()
 
 
-def test_the_timing_and_browser_stages_collect_every_file_that_holds_their_tests():
-    """`make timed` and `make browser` collect only TIMING_TESTS and BROWSER_TESTS: a timing file
-    added to tests/conftest.py, or a browser test in another file, would otherwise never run."""
-    from tests.conftest import TIMING_FILES
-
-    assert {Path(f).name for f in _make_variable("TIMING_TESTS")} == TIMING_FILES
+def test_the_browser_stage_collects_every_file_that_holds_a_browser_test():
+    """`make browser` collects only BROWSER_TESTS: a browser test in another file would never run."""
     marked = {p.name for p in (ROOT / "tests").glob("test_*.py")
               if re.search(r"pytest\.mark\.browser\b", p.read_text())}
     assert {Path(f).name for f in _make_variable("BROWSER_TESTS")} == marked and marked
-    for f in _make_variable("TIMING_TESTS") + _make_variable("BROWSER_TESTS"):
+    for f in _make_variable("BROWSER_TESTS"):
         assert (ROOT / f).is_file(), f
 
 
