@@ -14,6 +14,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Iterator
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -261,11 +262,11 @@ def describe_machine() -> MachineDescription:
     """Effective cores (with where each limit came from), Python, torch, torchvision, accelerator,
     start method, /dev/shm, smoke mode."""
     limits = cores.cpu_limits()
+    # The installed version, read from its metadata as notebook 00's setup check reads it: importing
+    # torchvision to ask costs ~0.6 s in every kernel, and only notebook 14 uses it.
     try:
-        import torchvision
-
-        tv_version: str | None = torchvision.__version__
-    except ImportError:
+        tv_version: str | None = metadata.version("torchvision")
+    except metadata.PackageNotFoundError:
         tv_version = None
     return MachineDescription(
         cores=limits.whole,

@@ -15,7 +15,12 @@ or shared-memory segment behind. ``make test`` runs inside this script, which ch
     set, ``torch/_inductor/runtime/cache_dir_utils.py``);
   - processes that still carry that ``TMPDIR`` in their environment (they were started by the
     command, even those that left its process tree with a session of their own);
-  - PyTorch segments (``torch_*``) in ``/dev/shm`` that were not there before;
+  - PyTorch segments (``torch_*``) in ``/dev/shm`` that were not there before, except those whose
+    maker (the pid in the name, ``torch_<pid>_...``) still runs outside the command: another program's
+    batch in flight, not this run's leftover. PyTorch creates each segment, then unlinks it once it
+    holds it open; removing it in between makes the sender's ``unlink`` fail, and its queue's feeder
+    thread drops the batch with a printed traceback: the loop waits for that batch for ever (seen:
+    notebook 12, running beside the test of this script, stalled until its cell timeout);
 * it stops those processes, removes the folder and exits 1 if it found anything, else with the
   command's own status.
 """
@@ -39,6 +44,20 @@ KEPT_BY_DESIGN = ("pytest-of-", "torchinductor_")
 
 def torch_segments() -> set[str]:
     return {p.name for p in SHM.iterdir() if p.name.startswith("torch_")} if SHM.is_dir() else set()
+
+
+def made_outside(name: str, tmpdir: str) -> bool:
+    """Whether the segment's maker, the pid in ``torch_<pid>_...``, is a live process that does not
+    carry ``TMPDIR=tmpdir``: a program running beside the command. (A dead maker's pid taken by
+    another program would hide a real leftover: rare, and the next run finds it again.)"""
+    parts = name.split("_")
+    if len(parts) < 2 or not parts[1].isdigit():
+        return False
+    try:
+        environ = (Path("/proc") / parts[1] / "environ").read_bytes()
+    except OSError:  # ended, or not ours to read
+        return False
+    return f"TMPDIR={tmpdir}".encode() not in environ.split(b"\0")
 
 
 def processes_with(tmpdir: str) -> list[tuple[int, str]]:
@@ -104,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
         deadline = time.monotonic() + options.grace_s
         while True:
             files, processes = left_in(tmpdir), processes_with(str(tmpdir))
-            segments = sorted(torch_segments() - segments_before)
+            new = torch_segments() - segments_before
+            segments = sorted(n for n in new if not made_outside(n, str(tmpdir)))
             if not (files or processes or segments) or time.monotonic() > deadline:
                 break
             time.sleep(0.5)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -98,6 +99,19 @@ def test_leftovers_finds_a_folder_a_detached_process_and_a_segment_and_removes_t
     assert not [p for p in psutil.process_iter(["cmdline"])
                 if "time.sleep(60)" in " ".join(p.info["cmdline"] or [])]
     assert not [p for p in Path("/dev/shm").glob("torch_*_0_0")]
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir() or not Path("/dev/shm").is_dir(), reason="needs Linux")
+def test_leftovers_leaves_alone_a_segment_of_a_program_running_beside_the_command():
+    # A DataLoader worker beside the run (this test process stands in for it) holds a segment for a
+    # moment between creating and unlinking it: removing it made that worker drop a batch for good.
+    beside = Path(f"/dev/shm/torch_{os.getpid()}_0_7")
+    try:
+        done = run_leftovers(f"open({str(beside)!r}, 'wb').close()\n")
+        assert done.returncode == 0, done.stderr
+        assert beside.exists()
+    finally:
+        beside.unlink(missing_ok=True)
 
 
 def test_leftovers_names_a_left_probe_file_as_python_s_temporary_folder_probe():
