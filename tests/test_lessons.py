@@ -1487,6 +1487,25 @@ def test_remote_keeps_time_premise_fails_when_the_store_falls_behind_at_once():
     assert check.passed is None and "1.80×" in check.premise
 
 
+def test_remote_keeps_time_leaves_out_a_worker_whose_own_cpu_staggers_its_threads():
+    from helpers.lessons import remote
+
+    grid = {k: remote_requests(*v) for k, v in {(1, 1): (1, 0.050), (1, 4): (4, 0.052)}.items()}
+    # 1 worker × 8 threads kept its time (50 ms) but had only 4 in flight: 80/s of 160 (50 %)
+    cpu = {"server": 0.002, "proxy": 0.0004}
+    grid[1, 8] = remote_requests(4, 0.050, cpu={"loader": 0.0031, **cpu})     # 8 × 3.1 ms: 50 % of 50 ms
+    check = remote._keeps_time_check(grid, 0.050)
+    assert check.passed is True and "left out" in check.measured
+    assert "1×8 (8 × 3.1 ms CPU = 50%" in check.measured
+    grid[1, 8] = remote_requests(4, 0.050, cpu={"loader": 0.0010, **cpu})     # 8 × 1 ms: 16 %, not the limit
+    check = remote._keeps_time_check(grid, 0.050)
+    assert check.passed is False and "1×8: 80/s of 160" in check.measured
+    # every configuration with 4 or more in flight left out: nothing to test, and it says why
+    grid = {(1, 1): grid[1, 1], (1, 8): remote_requests(4, 0.050, cpu={"loader": 0.0031, **cpu})}
+    check = remote._keeps_time_check(grid, 0.050)
+    assert check.passed is None and "workers' own CPU" in check.premise
+
+
 def test_remote_checks_fail_when_the_cache_does_not_serve_epoch_2():
     failed = _remote_failed(carried=3_000_000, cache_rates=(270.0, 280.0))
     assert any("no request reaches the store" in c for c in failed)
