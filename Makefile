@@ -35,7 +35,7 @@ lab: $(STAMP)
 	  --ServerApp.default_url=/lab/tree/notebooks/00_setup_check.ipynb
 
 # The same tests as `unit notebooks browser`, grouped by what may share the cores: everything that
-# compares no timings (unit tests and the untimed notebooks) in one run, two at a time; then the tests
+# compares no timings (unit tests and the untimed notebooks) in one run, three at a time; then the tests
 # and notebooks that compare timings, one at a time; then the browser. All of it inside
 # scripts/leftovers.py, which gives the run a temporary folder of its own and fails it if a process,
 # a file in that folder or a /dev/shm segment is left behind at the end.
@@ -46,13 +46,15 @@ test: $(STAMP)
 	  "and '$(CHROMIUM)' is not on PATH: apt-get install chromium (.ci/run does this)" >&2; exit 2; }
 	$(BIN)/python scripts/leftovers.py -- $(MAKE) --no-print-directory lint untimed timed browser
 
-# The notebooks first, longest first, then the unit tests; --dist worksteal lets the core that is free
-# take the other's waiting tests. With the notebooks last (file order), one core ran 12 (~37 s) alone at
-# the end while the other idled ~19 s: 155 s against 141 s now. An older stall of notebook 12 beside the
-# unit tests had (at least) one cause, found and fixed: the leftovers.py test removed its workers'
-# shared-memory segment in flight (scripts/leftovers.py says how that loses a batch for good).
+# Three at a time on two cores: about a fifth of this group's time is spent waiting (children starting,
+# servers answering), and a third runner fills it (134 s against 141 s with two, warm). The notebooks
+# first, longest first, then the unit tests; --dist worksteal lets a free runner take waiting tests.
+# With the notebooks last (file order), one core ran 12 (~37 s) alone at the end while the other idled
+# ~19 s (155 s against 141 s, two runners). An older stall of notebook 12 beside the unit tests had (at
+# least) one cause, found and fixed: the leftovers.py test removed its workers' shared-memory segment in
+# flight (scripts/leftovers.py says how that loses a batch for good).
 untimed: $(STAMP)
-	$(NBMAKE_ENV) $(BIN)/python -m pytest -m "not browser and not timing" -q -n 2 --dist worksteal \
+	$(NBMAKE_ENV) $(BIN)/python -m pytest -m "not browser and not timing" -q -n 3 --dist worksteal \
 	  --nbmake --nbmake-timeout=300 $(UNTIMED_NOTEBOOKS) tests
 
 # The notebooks the browser test runs to the end (Run All, every cell's outputs checked as nbmake
@@ -69,7 +71,7 @@ timed: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check --no-cache conftest.py helpers tests notebooks benchmarks scripts
 
-# Tests that compare real timings run alone, after the rest, which run two at a time (tests/conftest.py).
+# Tests that compare real timings run alone, after the rest, which run two at a time here (`make test`: three).
 unit: $(STAMP)
 	$(BIN)/python -m pytest -m "not browser and not timing" -q -n 2
 	$(BIN)/python -m pytest -m "timing" -q
