@@ -29,6 +29,7 @@ def test_per_sample_and_batched_return_the_same_samples(db):
         batched.__getitems__([1, 100])
 
 
+@pytest.mark.untimed
 @pytest.mark.parametrize("start_method", ["fork", "spawn"])
 def test_sqlite_datasets_load_in_workers(db, start_method):
     loader = make_loader(helpers.BatchedSqliteDataset(db), batch_size=10, num_workers=2,
