@@ -25,7 +25,7 @@ import time
 import warnings
 from queue import Empty
 
-SLICE_S = 1.0
+SLICE_S = 0.25
 
 
 #: The warnings' category is a builtin one: pytest-xdist sends each warning to the controller by its
@@ -48,7 +48,7 @@ def _sliced_get_msg():
             if ready:
                 if slice_s > 0 and time.monotonic() - started >= slice_s:
                     warnings.warn(f"{MISSED_WAKE_UP}: the notebook client's poll did not wake for a zmq "
-                                  f"message; found at the end of a {slice_s:.1f} s slice (unpatched: at the "
+                                  f"message; found at the end of a {slice_s:g} s slice (unpatched: at the "
                                   f"cell timeout)", RuntimeWarning, stacklevel=2)
                 return await self._recv()
             if deadline is not None and time.monotonic() >= deadline:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -52,6 +53,21 @@ def _expected() -> tuple[int, set[str]]:
     return sum(k in ("slide", "subslide") for k in kinds), alts
 
 
+def _settled(page, before: list[str] | None, timeout_s: float = 10.0) -> dict:
+    """What is on screen once the deck has moved off ``before`` (the last slide's text) and stopped:
+    two readings 100 ms apart alike (the deck animates its move; a fixed 400 ms wait took ~9 s of
+    the walk and could still read a slow machine's slide mid-move). At the deadline, the last reading:
+    the assertions then say what was on screen."""
+    last = None
+    deadline = time.monotonic() + timeout_s
+    while True:
+        page.wait_for_timeout(100)
+        now = page.evaluate(ON_SCREEN_JS)
+        if (now == last and now["text"] != before) or time.monotonic() > deadline:
+            return now
+        last = now
+
+
 def test_the_overview_presents_every_slide_with_its_figures(lab):  # noqa: F811 - the imported fixture
     from playwright.sync_api import sync_playwright
 
@@ -81,8 +97,7 @@ def test_the_overview_presents_every_slide_with_its_figures(lab):  # noqa: F811 
             seen: list[dict] = []
             taken: set[str] = set()
             for _ in range(3 * n_slides):
-                page.wait_for_timeout(400)  # the deck animates its move
-                now = page.evaluate(ON_SCREEN_JS)
+                now = _settled(page, seen[-1]["text"] if seen else None)
                 if not seen or now["text"] != seen[-1]["text"]:
                     seen.append(now)
                     name = next((SCREENSHOTS[h] for h in now["headings"] if h in SCREENSHOTS), None)
