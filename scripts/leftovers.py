@@ -46,33 +46,34 @@ def torch_segments() -> set[str]:
     return {p.name for p in SHM.iterdir() if p.name.startswith("torch_")} if SHM.is_dir() else set()
 
 
+def carries(pid: str, tmpdir: str) -> bool | None:
+    """Whether process ``pid`` has ``TMPDIR=tmpdir`` in its environment; None when it has ended or
+    is not ours to read."""
+    try:
+        return f"TMPDIR={tmpdir}".encode() in (Path("/proc") / pid / "environ").read_bytes().split(b"\0")
+    except OSError:
+        return None
+
+
 def made_outside(name: str, tmpdir: str) -> bool:
     """Whether the segment's maker, the pid in ``torch_<pid>_...``, is a live process that does not
     carry ``TMPDIR=tmpdir``: a program running beside the command. (A dead maker's pid taken by
     another program would hide a real leftover: rare, and the next run finds it again.)"""
     parts = name.split("_")
-    if len(parts) < 2 or not parts[1].isdigit():
-        return False
-    try:
-        environ = (Path("/proc") / parts[1] / "environ").read_bytes()
-    except OSError:  # ended, or not ours to read
-        return False
-    return f"TMPDIR={tmpdir}".encode() not in environ.split(b"\0")
+    return len(parts) >= 2 and parts[1].isdigit() and carries(parts[1], tmpdir) is False
 
 
 def processes_with(tmpdir: str) -> list[tuple[int, str]]:
     """(pid, command line) of every process whose environment has ``TMPDIR=tmpdir``."""
-    wanted = f"TMPDIR={tmpdir}".encode()
     found = []
     for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else []:
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid() or not carries(entry.name, tmpdir):
             continue
         try:
-            if wanted in (entry / "environ").read_bytes().split(b"\0"):
-                command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-                found.append((int(entry.name), command.strip()))
-        except OSError:  # ended meanwhile, or not ours to read
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:  # ended meanwhile
             continue
+        found.append((int(entry.name), command.strip()))
     return found
 
 
