@@ -109,10 +109,11 @@ start-methods: $(STAMP)
 	done
 
 # Only the files that hold a browser test are collected (all of tests/: ~4 s more); tests/test_repository.py
-# keeps the list equal to them. The notebooks run in JupyterLab's kernels, not in this process.
+# keeps the list equal to them. The notebooks run in JupyterLab's kernels, not in this process, so nbmake's
+# plugin is not loaded (it imports nbformat and jsonschema's format checks: ~0.9 s).
 BROWSER_TESTS := tests/test_browser.py tests/test_browser_overview.py
 browser: $(STAMP)
-	DLLAB_SMOKE=1 TQDM_DISABLE=1 $(BIN)/python -m pytest -m browser -q $(BROWSER_TESTS)
+	DLLAB_SMOKE=1 TQDM_DISABLE=1 $(BIN)/python -m pytest -p no:nbmake -m browser -q $(BROWSER_TESTS)
 
 # Before class: present every notebook with a prediction (00b, 01-19) in the browser (deck, hidden
 # answer, vote, reveal, slider + Run inside the slide); screenshots in test-artifacts/. `make browser`

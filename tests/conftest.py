@@ -25,6 +25,14 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.timing)
 
 
+@pytest.fixture(scope="session")
+def lab(tmp_path_factory):
+    """One JupyterLab for every browser test (tests/test_browser.py, tests/test_browser_overview.py)."""
+    from test_browser import serve_lab
+
+    yield from serve_lab(tmp_path_factory)
+
+
 def make_loader(dataset: Any, *, sampler: Any = None, collate_fn: Any = None, worker_init_fn: Any = None,
                 **settings: Any):
     """A DataLoader with the lab's settings type (keyword knobs as in ``helpers.LoaderSettings``)."""

@@ -54,8 +54,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory):
+def serve_lab(tmp_path_factory):
+    """JupyterLab on 127.0.0.1 with copies of the notebooks: the ``lab`` fixture (tests/conftest.py),
+    one server for every browser test of the run (each start ~2 s, each stop ~1-3 s)."""
     chromium = shutil.which("chromium")
     if chromium is None:
         pytest.fail("Debian's chromium is not installed: `apt-get install chromium` "

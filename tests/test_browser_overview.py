@@ -2,7 +2,8 @@
 jupyterlab-slideshow, walked slide by slide to the end; on every slide each figure has loaded and
 the slide fits a 1280×720 window; two slides are kept as screenshots in ``test-artifacts/``.
 
-Reuses tests/test_browser.py's server fixture and settings (Debian's ``chromium``, Playwright)."""
+Shares tests/test_browser.py's server (the ``lab`` fixture) and settings (Debian's ``chromium``,
+Playwright)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_browser import ARTIFACTS, CHROMIUM_FLAGS, ONSCREEN, lab  # noqa: F401 - lab is a fixture
+from test_browser import ARTIFACTS, CHROMIUM_FLAGS, ONSCREEN
 
 pytestmark = pytest.mark.browser
 
@@ -68,7 +69,7 @@ def _settled(page, before: list[str] | None, timeout_s: float = 10.0) -> dict:
         last = now
 
 
-def test_the_overview_presents_every_slide_with_its_figures(lab):  # noqa: F811 - the imported fixture
+def test_the_overview_presents_every_slide_with_its_figures(lab):
     from playwright.sync_api import sync_playwright
 
     n_slides, alts = _expected()

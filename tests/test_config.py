@@ -124,8 +124,8 @@ from torch.utils.data import DataLoader, TensorDataset
 import helpers
 if sys.argv[1] == "use_start_method":
     helpers.use_start_method()
-loader = DataLoader(TensorDataset(torch.zeros(8, 4)), batch_size=1, num_workers=2,
-                    multiprocessing_context="spawn", timeout=120)
+loader = DataLoader(TensorDataset(torch.zeros(8, 4)), batch_size=1, num_workers=1,
+                    multiprocessing_context="spawn", timeout=120)  # one: a spawned worker imports torch
 assert sum(1 for _ in loader) == 8
 print(os.getpid())
 '''

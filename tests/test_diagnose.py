@@ -402,7 +402,7 @@ def test_following_the_advice_on_mystery_a_is_measured_beside_the_prediction():
 
 
 @pytest.mark.untimed
-def test_the_command_line_refuses_each_bad_input_with_its_fix(tmp_path):
+def test_the_command_line_refuses_each_bad_input_with_its_fix(tmp_path, monkeypatch, capsys):
     (tmp_path / "needs_missing.py").write_text("import not_installed_anywhere\n")
     (tmp_path / "odd.py").write_text(
         "import helpers\nfrom torch.utils.data import DataLoader\n"
@@ -417,23 +417,43 @@ def test_the_command_line_refuses_each_bad_input_with_its_fix(tmp_path):
         "from torch.utils.data import DataLoader\nimport helpers\n\n"
         "def make_loader():\n    return DataLoader(helpers.WorkDataset(8))\n\n"
         "def not_a_loader():\n    return [1, 2]\n")
-    cases = ((["nowhere:make_loader"], "no module named 'nowhere'"),
-             (["my_loader:missing"], "has no function 'missing'"),
-             (["my_loader:not_a_loader"], "not a torch.utils.data.DataLoader"),
-             (["my_loader"], "expected module:function"),
-             (["my_loader:make_loader", "--steps", "1"], "--steps must be at least 2"),
-             (["needs_missing:make"], "importing it failed: No module named 'not_installed"),
-             (["moved:make", "--step-ms", "5"], "In your own environment: run it with a torch the lab"),
-             (["odd:three"], "a tuple of 3"),
-             (["diagnose_loaders:make_loader", "--step-ms", "-5"], "--step-ms is the step's time"),
-             (["diagnose_loaders:make_loader", "--device", "nonsense"], "not a device torch knows"))
-    for args, message in cases:
+    # As a learner types them: `python -m helpers.diagnose ...` in a process of its own, exit code and
+    # stderr as Python leaves them (moved.py also changes the lab's torch check for the whole process).
+    moved = "In your own environment: run it with a torch the lab"
+    for args, message in ((["nowhere:make_loader"], "no module named 'nowhere'"),
+                          (["moved:make", "--step-ms", "5"], moved)):
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
                "TQDM_DISABLE": "1"}
         done = subprocess.run([sys.executable, "-m", "helpers.diagnose", *args], cwd=tmp_path, env=env,
                               capture_output=True, text=True, timeout=300)
         assert done.returncode != 0 and message in done.stderr, (args, done.stderr[-600:])
         assert "Traceback" not in done.stderr, (args, done.stderr[-600:])
+    # The rest call the same main() in this process (each new process imports torch: ~1.5 s of a core
+    # apiece), from the same folder; the modules they import are forgotten again.
+    from helpers.diagnose import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [*sys.path, str(ROOT / "tests")])
+    cases = ((["my_loader:missing"], "has no function 'missing'"),
+             (["my_loader:not_a_loader"], "not a torch.utils.data.DataLoader"),
+             (["my_loader"], "expected module:function"),
+             (["my_loader:make_loader", "--steps", "1"], "--steps must be at least 2"),
+             (["needs_missing:make"], "importing it failed: No module named 'not_installed"),
+             (["odd:three"], "a tuple of 3"),
+             (["diagnose_loaders:make_loader", "--step-ms", "-5"], "--step-ms is the step's time"),
+             (["diagnose_loaders:make_loader", "--device", "nonsense"], "not a device torch knows"))
+    for args, message in cases:
+        before = set(sys.modules)
+        try:
+            with pytest.raises(SystemExit) as exited:
+                main(args)
+        finally:
+            for name in set(sys.modules) - before:
+                if name in ("my_loader", "odd", "needs_missing", "diagnose_loaders"):
+                    del sys.modules[name]
+        # SystemExit("message") (load_target) or argparse's error: usage and message on stderr, exit 2.
+        said = exited.value.code if isinstance(exited.value.code, str) else capsys.readouterr().err
+        assert exited.value.code not in (0, None) and message in said, (args, said[-600:])
 
 
 def test_persistent_workers_prediction_counts_each_epochs_shutdown():

@@ -64,7 +64,9 @@ def test_a_straggler_sets_the_pace_and_the_others_wait_for_it():
     assert waits[0] > 5 * waits[1]
 
 
-@pytest.mark.parametrize("num_workers", [0, 1])
+# With a worker, nothing asserted depends on timing (the peer may or may not hear of it): that case runs
+# with the untimed tests, where its ~5 s of waiting for the orphaned worker's watchdog costs no core.
+@pytest.mark.parametrize("num_workers", [0, pytest.param(1, marks=pytest.mark.untimed)])
 def test_a_killed_rank_fails_the_launch_and_torchrun_lists_it(num_workers):
     """With none, the peer's all_reduce fails at once; a forked worker holds the dead rank's sockets,
     so the peer may hear nothing before the agent stops it. Either way torchrun lists the killed

@@ -7,10 +7,11 @@ from __future__ import annotations
 import pytest
 import torch
 from torch.utils.data import DataLoader
-from torchvision.io import decode_jpeg
 
 import helpers
-from helpers.data.images import MEAN, STD, synthetic_image
+
+# torchvision (helpers.data.images imports it) is imported inside the tests that use it: importing it
+# imports torch._dynamo (~1.2 s), and every pytest process that collects this file would pay it.
 
 
 @pytest.fixture(scope="module")
@@ -22,6 +23,10 @@ def jpegs(tmp_path_factory):
 
 @pytest.mark.untimed
 def test_jpegs_decode_to_what_was_drawn(jpegs):
+    from torchvision.io import decode_jpeg
+
+    from helpers.data.images import synthetic_image
+
     paths, labels, _ = jpegs
     assert labels == [i % 3 for i in range(12)]
     decoded = decode_jpeg(torch.frombuffer(bytearray(paths[5].read_bytes()), dtype=torch.uint8))
@@ -65,6 +70,10 @@ def test_threads_decode_a_batch_in_a_pool(jpegs):
 
 
 def test_normalize_on_device_matches_normalizing_in_the_worker(jpegs):
+    from torchvision.transforms import v2
+
+    from helpers.data.images import MEAN, STD
+
     paths, labels, _ = jpegs
     images = torch.stack([helpers.JpegDataset(paths, labels)[i][0] for i in range(4)])
     on_device = helpers.normalize_on_device(images, "cpu")
@@ -73,7 +82,6 @@ def test_normalize_on_device_matches_normalizing_in_the_worker(jpegs):
     )
     assert on_device.dtype == torch.float32 and torch.allclose(on_device, expected, atol=1e-5)
     assert helpers.batch_nbytes(on_device) == 4 * helpers.batch_nbytes(images)
-    from torchvision.transforms import v2
 
     worker = v2.Compose([v2.ToDtype(torch.float32, scale=True), v2.Normalize(MEAN, STD)])(images)
     assert torch.allclose(on_device, worker, atol=1e-5)
