@@ -79,9 +79,11 @@ unit: $(STAMP)
 # Every notebook, as committed, in smoke mode; 300 s per cell at most. Progress bars off. The notebooks
 # whose lesson checks compare no timings on a CPU (ids, memory, real failures) run two at a time; every
 # other notebook runs alone, so that nothing shares its cores but what the lesson starts.
-# Longest first (12 ~37 s, 15 ~25 s, 10 ~20 s, 00 ~10 s, 06 ~5 s in smoke), for `make untimed` above.
+# Longest first (12 ~37 s, 15 ~25 s, 10 ~20 s, 00 ~10 s, 06 ~5 s, overview <1 s in smoke), for `make untimed` above.
+# The overview is a deck of markdown (no code cell): it only has to open in a kernel.
 UNTIMED_NOTEBOOKS := notebooks/12_copy_on_read.ipynb notebooks/15_resume.ipynb \
-  notebooks/10_shared_memory.ipynb notebooks/00_setup_check.ipynb notebooks/06_pinned_memory.ipynb
+  notebooks/10_shared_memory.ipynb notebooks/00_setup_check.ipynb notebooks/06_pinned_memory.ipynb \
+  notebooks/overview.ipynb
 TIMED_NOTEBOOKS = $(filter-out $(UNTIMED_NOTEBOOKS),$(sort $(wildcard notebooks/*.ipynb)))
 # tests/test_browser.py runs these (NOTEBOOKS and the presented 03); a test keeps the two lists equal.
 BROWSER_NOTEBOOKS := notebooks/01_baseline_loop.ipynb notebooks/03_prefetch_factor.ipynb \

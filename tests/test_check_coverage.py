@@ -170,7 +170,9 @@ def run_lesson_tests(folder: Path) -> tuple[list[dict], str]:
                # PYTEST_PLUGINS: loaded by every process of the run, pytest-xdist's workers too
                PYTEST_PLUGINS="check_recorder",
                PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *map(str, lesson_test_files())]
+    # No nbmake: no notebook runs here, and its plugin imports nbformat and jsonschema's checks (~0.9 s).
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:nbmake",
+               *map(str, lesson_test_files())]
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     # 0: all passed; 1: some failed (their records are left out, so their sites show as uncovered)
     assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr[-3000:]
