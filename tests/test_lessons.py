@@ -1375,7 +1375,8 @@ def remote_case(*, added=0.040, serial_rate=40.0, pool_rate=200.0, alone=0.050, 
         grid = {(1, 1): (1, 0.050), (1, 4): (4, 0.052), (2, 4): (8, 0.060), (2, 8): (16, 0.080)}
     return dict(timings=timings, latency_s=rtt, small=small, large=large,
                 serial=(serial_rate, serial, 2), threaded=(pool_rate, pool, 2, 8),
-                grid={k: remote_requests(*v) for k, v in grid.items()}, cache=(*cache_rates, carried))
+                grid={k: remote_requests(*v) for k, v in grid.items()}, cache=(*cache_rates, carried),
+                cores=2.0)
 
 
 def _remote_failed(**changes):
@@ -1494,16 +1495,33 @@ def test_remote_keeps_time_leaves_out_a_worker_whose_own_cpu_staggers_its_thread
     # 1 worker × 8 threads kept its time (50 ms) but had only 4 in flight: 80/s of 160 (50 %)
     cpu = {"server": 0.002, "proxy": 0.0004}
     grid[1, 8] = remote_requests(4, 0.050, cpu={"loader": 0.0031, **cpu})     # 8 × 3.1 ms: 50 % of 50 ms
-    check = remote._keeps_time_check(grid, 0.050)
+    check = remote._keeps_time_check(grid, 0.050, cores=2.0)
     assert check.passed is True and "left out" in check.measured
     assert "1×8 (8 × 3.1 ms CPU = 50%" in check.measured
     grid[1, 8] = remote_requests(4, 0.050, cpu={"loader": 0.0010, **cpu})     # 8 × 1 ms: 16 %, not the limit
-    check = remote._keeps_time_check(grid, 0.050)
+    check = remote._keeps_time_check(grid, 0.050, cores=2.0)
     assert check.passed is False and "1×8: 80/s of 160" in check.measured
     # every configuration with 4 or more in flight left out: nothing to test, and it says why
     grid = {(1, 1): grid[1, 1], (1, 8): remote_requests(4, 0.050, cpu={"loader": 0.0031, **cpu})}
-    check = remote._keeps_time_check(grid, 0.050)
+    check = remote._keeps_time_check(grid, 0.050, cores=2.0)
     assert check.passed is None and "workers' own CPU" in check.premise
+
+
+def test_remote_keeps_time_leaves_out_a_configuration_whose_set_rate_the_cores_cannot_feed():
+    """Notebook 13 under forkserver: 4 workers × 4 threads kept their 49 ms, at 49 % of the set rate —
+    350 requests/s at ~6.9 ms of CPU each (loader, server, proxy) would need 2.4 of 2 cores."""
+    from helpers.lessons import remote
+
+    grid = {k: remote_requests(*v) for k, v in {(1, 1): (1, 0.050), (1, 4): (4, 0.052)}.items()}
+    # 4 × 4 kept its time (50 ms) with 8 in flight: 160/s of 320 (50 %); 4 threads × 3.5 ms: 28 % of a request
+    grid[4, 4] = remote_requests(8, 0.050, cpu={"loader": 0.0035, "server": 0.0025, "proxy": 0.0005})
+    check = remote._keeps_time_check(grid, 0.050, cores=2.0)     # 320/s × 6.5 ms = 2.1 CPUs of 2
+    assert check.passed is True and "4×4 (320/s × 6.5 ms = 2.1 CPUs" in check.measured, check.measured
+    check = remote._keeps_time_check(grid, 0.050, cores=4.0)     # 2.1 of 4 cores: not the limit
+    assert check.passed is False and "4×4: 160/s of 320" in check.measured, check.measured
+    # nothing with 4 or more in flight left: the premise failed, and it says why
+    check = remote._keeps_time_check({(1, 1): grid[1, 1], (4, 4): grid[4, 4]}, 0.050, cores=2.0)
+    assert check.passed is None and "by the cores" in check.premise
 
 
 def test_remote_checks_fail_when_the_cache_does_not_serve_epoch_2():

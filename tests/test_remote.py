@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import multiprocessing as mp
 import os
 import signal
 import subprocess
@@ -256,6 +257,39 @@ def test_samples_carry_their_bytes(store, keys):
     expected = client.get_object(Bucket="test", Key=keys[3])["Body"].read()
     sample = dataset[3]
     assert bytes(sample["data"].numpy()) == expected and int(sample["index"]) == 3
+
+
+@pytest.mark.untimed
+def test_workers_cpu_comes_from_each_workers_own_stamps():
+    """Per worker: its process CPU from its first sample to its last, × n ÷ (n − 1); the main
+    process's samples (worker -1) and a worker with one sample add nothing."""
+    import torch
+
+    from helpers.data.remote import REQUEST_FIELDS
+    from helpers.data.remote.requests import _Collect
+
+    collect = _Collect(None, 0.0)
+    for workers, stamps in (([0, 0], [1.0, 1.1]), ([0, 1], [1.2, 5.0]), ([-1, 2], [9.0, 7.0])):
+        rows = torch.zeros(len(workers), len(REQUEST_FIELDS), dtype=torch.float64)
+        rows[:, 0] = torch.tensor(workers, dtype=torch.float64)
+        collect({"request": rows, "cpu": torch.tensor(stamps, dtype=torch.float64)})
+    assert collect.workers_cpu_s() == pytest.approx((1.2 - 1.0) * 3 / 2)
+
+
+@pytest.mark.untimed
+def test_the_loaders_cpu_counts_its_workers_and_not_their_start_up_under_every_start_method(store, keys):
+    """A forkserver's workers are the server's children, not this process's: their CPU never reached
+    ``os.times()``'s children (notebook 13 read 0.3 ms a request under forkserver, ~3 under fork); and
+    a spawned worker's start-up (importing torch, ~1.5 s) is not its requests' work. The same loader
+    under each start method: about the same CPU per request as under fork."""
+    per_request = {}
+    for method in [m for m in ("fork", "forkserver", "spawn") if m in mp.get_all_start_methods()]:
+        dataset = helpers.S3Dataset(store.endpoint(), "test", keys)
+        loader = DataLoader(dataset, batch_size=4, num_workers=2, multiprocessing_context=method)
+        _, requests = helpers.measure_requests(loader, None, progress=False, store=store)
+        per_request[method] = requests.cpu_per_request()["loader"]
+    fork = per_request["fork"]
+    assert fork > 0 and all(0.5 * fork <= v <= 2 * fork for v in per_request.values()), per_request
 
 
 def test_requests_in_flight_arithmetic():

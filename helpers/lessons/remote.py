@@ -29,9 +29,17 @@ LITTLE = 0.7
 KEPT_RATE = 0.6
 #: ...unless a worker's own CPU for its threads' requests (threads × the loader's CPU per request)
 #: reaches this share of the time alone: one worker's threads share its GIL, so their requests start
-#: one after another and fewer are in flight than set (measured: 1 worker × 8 threads, 8 × 3.1 ms of
-#: 46 ms, reached 0.55–0.56 of its set rate on 2 cores; 4 threads, 0.27 of it, 0.87).
-CLIENT_SHARE = 0.4
+#: one after another and fewer are in flight than set (measured: 1 worker × 8 threads reached 0.55–0.56
+#: of its set rate on 2 cores at 8 × 3.1 ms of 46 ms, counted then with the workers' start-up; with
+#: each worker's CPU from its samples' stamps, 8 × 2.3–2.8 ms = 0.41–0.49 of a request; 4 threads,
+#: 0.2–0.25 of it, reached 0.85–0.89).
+CLIENT_SHARE = 0.3
+#: ...or unless its set rate would need this share of the effective cores or more in CPU (workers ×
+#: threads ÷ the time alone, times the loader's, the server's and the proxy's CPU per request): the
+#: cores, not the store, then set the pace (4 workers × 4 threads on 2 cores: 350 requests/s ×
+#: 4.4–4.9 ms = 1.55–1.7 CPUs; their requests kept their time and reached 0.78–0.80 of the set rate
+#: in three runs, 0.49 in one under forkserver).
+CORES_SHARE = 0.7
 #: Under load, requests slowed down "in the store" when its parts (server and proxy) account
 #: for at least this share of the extra time (measured 0.85 on 2 busy cores, 0.93 at 1 CPU).
 STORE_SHARE = 0.6
@@ -99,9 +107,11 @@ def thread_checks(
     *,
     latency_s: float,
     grid: dict[tuple[int, int], Requests] | None = None,
+    cores: float | None = None,
 ) -> list[Check]:
     """One GET at a time, the thread pool, and (``grid``: (workers, threads) → requests, with
-    (1, 1) among them) where requests start to slow down — see :func:`checks`."""
+    (1, 1) among them) where requests start to slow down — see :func:`checks`. ``cores``: the
+    effective cores (None: this machine's, :func:`helpers.effective_cores`)."""
     out: list[Check] = []
     serial_rate, serial_requests, serial_workers = serial
     alone_s = serial_requests.median_s()
@@ -148,7 +158,7 @@ def thread_checks(
     out.append(holds(claim, LITTLE * predicted <= gain <= predicted / LITTLE, text))
 
     if grid:
-        out.append(_keeps_time_check(grid, alone_s))
+        out.append(_keeps_time_check(grid, alone_s, cores))
 
     claim = (
         "when requests slow down under the pool, they wait in the store: its server and proxy "
@@ -201,16 +211,30 @@ def _client_share(requests: Requests, threads: int, alone_s: float) -> float:
     return threads * requests.cpu_per_request().get("loader", 0.0) / alone_s
 
 
-def _keeps_time_check(grid: dict[tuple[int, int], Requests], alone_s: float) -> Check:
+def _cores_needed(requests: Requests, in_flight: int, alone_s: float) -> float:
+    """The CPUs a configuration's set rate (``in_flight`` ÷ the time alone) would need: loader,
+    server and proxy CPU per request, times that rate (0 unmeasured)."""
+    return in_flight / alone_s * sum(requests.cpu_per_request().values())
+
+
+def _keeps_time_check(
+    grid: dict[tuple[int, int], Requests], alone_s: float, cores: float | None = None
+) -> Check:
+    if cores is None:
+        from ..cores import effective_cores
+
+        cores = effective_cores()
     alone_s = grid[1, 1].median_s() if (1, 1) in grid else alone_s
     timed = {(w, t): r for (w, t), r in grid.items() if w * t >= 2 and r.median_s() <= KEEPS_TIME * alone_s}
     bound = {k: r for k, r in timed.items() if _client_share(r, k[1], alone_s) >= CLIENT_SHARE}
-    kept = {k: r for k, r in timed.items() if k not in bound}
+    busy = {k: r for k, r in timed.items()
+            if k not in bound and _cores_needed(r, k[0] * k[1], alone_s) >= CORES_SHARE * cores}
+    kept = {k: r for k, r in timed.items() if k not in bound and k not in busy}
     claim = (
         "while a request keeps its time alone (within "
-        f"{KEEPS_TIME - 1:.0%}) and a worker's threads need under {CLIENT_SHARE:.0%} of it in CPU, threads "
-        f"and workers multiply samples/s by the requests in flight: at least {KEPT_RATE:.0%} of workers × "
-        "threads ÷ the time alone"
+        f"{KEEPS_TIME - 1:.0%}), a worker's threads need under {CLIENT_SHARE:.0%} of it in CPU and the set "
+        f"rate under {CORES_SHARE:.0%} of the cores, threads and workers multiply samples/s by the requests "
+        f"in flight: at least {KEPT_RATE:.0%} of workers × threads ÷ the time alone"
     )
     text = "; ".join(
         f"{w}×{t}: {r.samples_per_s():.0f}/s of {w * t / alone_s:.0f} ({r.median_s() * 1e3:.0f} ms)"
@@ -224,12 +248,19 @@ def _keeps_time_check(grid: dict[tuple[int, int], Requests], alone_s: float) -> 
             f"{r.samples_per_s():.0f}/s of {w * t / alone_s:.0f})"
             for (w, t), r in sorted(bound.items())
         )
+    if busy:
+        limit = f"the {cores:g} core{'' if cores == 1 else 's'} the limit"
+        text += f"; left out, {limit} (CPU the set rate needs): " + ", ".join(
+            f"{w}×{t} ({w * t / alone_s:.0f}/s × {sum(r.cpu_per_request().values()) * 1e3:.1f} ms = "
+            f"{_cores_needed(r, w * t, alone_s):.1f} CPUs; {r.samples_per_s():.0f}/s)"
+            for (w, t), r in sorted(busy.items())
+        )
     if not any(w * t >= 4 for w, t in kept):
         four = {k: r for k, r in grid.items() if k[0] * k[1] >= 4}
         fastest = min(four.values(), key=lambda r: r.median_s()) if four else None
         if any(w * t >= 4 for w, t in timed):
             why = ("every configuration with 4 or more in flight that kept its time was limited by its "
-                   "workers' own CPU (see the ones left out)")
+                   "workers' own CPU or by the cores (see the ones left out)")
         else:
             why = (
                 "no configuration with 4 or more in flight kept its time alone"
@@ -252,6 +283,7 @@ def checks(
     threaded: tuple[float, Requests, int, int],
     cache: tuple[float, float, int] | None,
     grid: dict[tuple[int, int], Requests] | None = None,
+    cores: float | None = None,
 ) -> list[Check]:
     """``timings``: :class:`helpers.ObjectTiming` rows from a local file, the server itself
     ("server") and the proxy ("remote"), for objects of ``small`` and ``large`` bytes;
@@ -261,7 +293,7 @@ def checks(
     (workers, threads) → requests of section 4; ``cache``: (samples/s in epoch 1, in epoch 2,
     bytes through the proxy during epoch 2), None if not run."""
     out = _first_byte_checks(timings, latency_s, small, large)
-    out += thread_checks(serial, threaded, latency_s=latency_s, grid=grid)
+    out += thread_checks(serial, threaded, latency_s=latency_s, grid=grid, cores=cores)
     claims = (
         "with a local cache, no request reaches the store in epoch 2",
         "...and epoch 2 runs at least twice as fast as epoch 1",

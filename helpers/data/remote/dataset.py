@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -128,6 +129,9 @@ class S3Dataset(Dataset):
             "data": torch.frombuffer(bytearray(body), dtype=torch.uint8),
             "index": torch.tensor(index),
             "request": row,
+            # This process's CPU so far (every thread): a worker's CPU between its requests, under
+            # any start method (a forkserver's workers are not the main process's children).
+            "cpu": torch.tensor(time.process_time(), dtype=torch.float64),
         }
 
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:

@@ -199,12 +199,27 @@ def request_slowdown(alone: Requests, loaded: Requests) -> dict[str, float]:
 class _Collect:
     def __init__(self, step: Any, t0: float):
         self.step, self.t0, self.rows = step, t0, []
+        self.cpu: dict[int, list[float]] = {}  #: worker id -> its process CPU at each of its samples
 
     def __call__(self, batch: Any) -> Any:
         rows = batch["request"].numpy().copy()
         rows[:, _TIME_COLUMNS] -= self.t0
         self.rows.append(rows)
+        if "cpu" in batch:
+            for worker, cpu in zip(rows[:, 0].tolist(), batch["cpu"].tolist(), strict=True):
+                self.cpu.setdefault(int(worker), []).append(cpu)
         return None if self.step is None else self.step(batch)
+
+    def workers_cpu_s(self) -> float:
+        """The DataLoader workers' CPU seconds for their requests: per worker, its process CPU from
+        its first sample to its last, scaled by n ÷ (n − 1) to count the first sample's share too;
+        its start-up (imports, under spawn) and shut-down are left out. Samples fetched in the main
+        process (``num_workers=0``) are in its own CPU time instead."""
+        total = 0.0
+        for worker, stamps in self.cpu.items():
+            if worker >= 0 and len(stamps) >= 2:
+                total += (max(stamps) - min(stamps)) * len(stamps) / (len(stamps) - 1)
+        return total
 
 
 def _key_of(line: str, bucket: str) -> str | None:
@@ -256,11 +271,11 @@ def request_parts(
 
 
 def _cpu_now(store: ObjectStore, endpoint: Endpoint) -> dict[str, float]:
-    """CPU seconds so far: this process and its ended children (the DataLoader's workers, once
-    joined), the store's server, the endpoint's proxy; and the clock."""
+    """CPU seconds so far: this process (its workers' are added from the samples' own stamps:
+    :meth:`_Collect.workers_cpu_s`), the store's server, the endpoint's proxy; and the clock."""
     own = os.times()
     return {
-        "loader_s": own.user + own.system + own.children_user + own.children_system,
+        "loader_s": own.user + own.system,
         "server_s": store.server_cpu_s(),
         "proxy_s": store.proxy_cpu_s(endpoint),
         "wall_s": clock(),
@@ -308,12 +323,13 @@ def measure_requests(
     rows = np.concatenate(collect.rows) if collect.rows else np.zeros((0, len(REQUEST_FIELDS)))
     requests = Requests(rows)
     if store is not None:
-        # the workers have ended (a non-persistent loader joins them when its epoch ends), so their
-        # CPU time is in this process's children's times now
+        # The workers' CPU from their samples' stamps, not from this process's children's times:
+        # a forkserver's workers are the server's children (their CPU was never counted here), and
+        # a spawned worker's start-up (importing torch, ~1.5 s) is not the requests' work.
         spent_after = _cpu_now(store, endpoint)
         spent = {k: spent_after[k] - spent_before[k] for k in spent_after}
         requests.cpu = {
-            "loader_s": spent["loader_s"],
+            "loader_s": spent["loader_s"] + collect.workers_cpu_s(),
             "server_s": spent["server_s"],
             "proxy_s": spent["proxy_s"],
             "wall_s": spent["wall_s"],
