@@ -238,6 +238,11 @@ def test_workers_are_found_under_spawn_and_forkserver_but_not_the_helpers(method
     next(iterator)
     workers = {w.pid for w in helpers.timing.torch_internals.worker_processes(iterator)}
     assert workers <= helpers.child_processes()
+    # To the epoch's end, so that no batch is in flight at the shutdown: a worker still sending one
+    # may not exit within the DataLoader's 5 s join on busy cores and is then terminated, leaving its
+    # pymp-* folder (the socket it lends descriptors through) or its tempfile probe behind.
+    for _ in iterator:
+        pass
     del iterator
     run, _, memory = helpers.measure_memory(loader, helpers.ModelledStep(0.01), progress=False)
     assert len(memory.pids()) == 2 and run.start_method == method

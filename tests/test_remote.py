@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import multiprocessing as mp
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import psutil
@@ -276,18 +277,42 @@ def test_workers_cpu_comes_from_each_workers_own_stamps():
     assert collect.workers_cpu_s() == pytest.approx((1.2 - 1.0) * 3 / 2)
 
 
+_CPU_BY_METHOD = """
+import json, multiprocessing as mp, sys
+from torch.utils.data import DataLoader
+import helpers
+per_request = {}
+with helpers.ObjectStore() as store:
+    keys = store.make_bucket("test", count=24, size=4096)
+    for method in [m for m in ("fork", "forkserver", "spawn") if m in mp.get_all_start_methods()]:
+        loader = DataLoader(helpers.S3Dataset(store.endpoint(), "test", keys), batch_size=4, num_workers=2,
+                            multiprocessing_context=method)
+        _, requests = helpers.measure_requests(loader, None, progress=False, store=store)
+        per_request[method] = requests.cpu_per_request()["loader"]
+print(json.dumps(per_request))
+"""
+
+
 @pytest.mark.untimed
-def test_the_loaders_cpu_counts_its_workers_and_not_their_start_up_under_every_start_method(store, keys):
+def test_the_loaders_cpu_counts_its_workers_and_not_their_start_up_under_every_start_method(tmp_path):
     """A forkserver's workers are the server's children, not this process's: their CPU never reached
     ``os.times()``'s children (notebook 13 read 0.3 ms a request under forkserver, ~3 under fork); and
     a spawned worker's start-up (importing torch, ~1.5 s) is not its requests' work. The same loader
-    under each start method: about the same CPU per request as under fork."""
-    per_request = {}
-    for method in [m for m in ("fork", "forkserver", "spawn") if m in mp.get_all_start_methods()]:
-        dataset = helpers.S3Dataset(store.endpoint(), "test", keys)
-        loader = DataLoader(dataset, batch_size=4, num_workers=2, multiprocessing_context=method)
-        _, requests = helpers.measure_requests(loader, None, progress=False, store=store)
-        per_request[method] = requests.cpu_per_request()["loader"]
+    under each start method: about the same CPU per request as under fork. In a Python of its own with
+    a temporary folder of its own: a forkserver started inside a pytest-xdist runner once left its
+    pymp-* folder in `make test`'s temporary folder."""
+    import tempfile
+
+    root = Path(__file__).resolve().parent.parent
+    tmp = tempfile.mkdtemp(prefix="cpu-")  # short: a forkserver's socket path has at most 107 bytes
+    try:
+        env = {**os.environ, "PYTHONPATH": str(root), "TMPDIR": tmp, "TQDM_DISABLE": "1"}
+        done = subprocess.run([sys.executable, "-c", _CPU_BY_METHOD], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=300)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    per_request = json.loads(done.stdout.strip().splitlines()[-1])
     fork = per_request["fork"]
     assert fork > 0 and all(0.5 * fork <= v <= 2 * fork for v in per_request.values()), per_request
 
