@@ -299,8 +299,8 @@ def test_the_loaders_cpu_counts_its_workers_and_not_their_start_up_under_every_s
     ``os.times()``'s children (notebook 13 read 0.3 ms a request under forkserver, ~3 under fork); and
     a spawned worker's start-up (importing torch, ~1.5 s) is not its requests' work. The same loader
     under each start method: about the same CPU per request as under fork. In a Python of its own with
-    a temporary folder of its own: a forkserver started inside a pytest-xdist runner once left its
-    pymp-* folder in `make test`'s temporary folder."""
+    a temporary folder of its own, so that its forkserver and store are not the pytest runner's (the
+    pymp-* folder `make test` once found came from another test: test_copy_on_read.py says which)."""
     import tempfile
 
     root = Path(__file__).resolve().parent.parent
