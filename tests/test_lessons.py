@@ -1798,6 +1798,14 @@ def test_diagnosis_follow_check_reports_workers_still_starting_as_a_premise():
     (check,) = [c for c in diagnosis.checks(mysteries, {"A": "num_workers"}, _FakeDiagnosis(["none"]),
                                             [0.0] * 4, 4, followed=[early]) if "following" in c.claim]
     assert check.passed is False and "still starting for 0%" in check.measured
+    # forkserver, notebook 16: workers starting for a quarter of the run; the pace is measured once
+    # all are up, so the run is judged (the miss fails), not set aside
+    quarter = _followed(0.068, 0.048, 0.0216)
+    quarter.after = _after_run({0: 0.05, 1: 0.1, 2: 0.2, 3: 0.225})
+    assert quarter.ramp_share() == pytest.approx(0.25)
+    (check,) = [c for c in diagnosis.checks(mysteries, {"A": "num_workers"}, _FakeDiagnosis(["none"]),
+                                            [0.0] * 4, 4, followed=[quarter]) if "following" in c.claim]
+    assert check.passed is False and "still starting for 25%" in check.measured
 
 
 def test_diagnosis_fed_check_reports_workers_still_starting_as_a_premise():

@@ -22,7 +22,7 @@ speed limit of the loop), and reports:
 
 ``verify=True`` then follows the advice: it applies the first recommendation that is a
 ``DataLoader`` setting to a copy of the loader, runs again, reports the measured time per step
-beside the prediction (and the noise of the measurement), then the next one.
+(once every worker is up) beside the prediction (and the noise of the measurement), then the next one.
 
 One picture (:meth:`Diagnosis.plot`), one table (:meth:`Diagnosis.table`), one Perfetto trace
 (:meth:`Diagnosis.trace`). From a terminal, for a script outside Jupyter::

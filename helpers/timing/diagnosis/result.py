@@ -81,7 +81,8 @@ class Followed:
         verdict = "as predicted" if self.as_predicted else "NOT as predicted"
         gap = (f" (with the {self.model_gap_s * 1e3:.1f} ms a step the model missed before the change)"
                if self.model_gap_s > 0 else "")
-        return (f"{r.knob}: {self.before_s * 1e3:.1f} → {self.after_s * 1e3:.1f} ms per step "
+        when = " once every worker was up" if r.measure == "steady" else ", start-up included"
+        return (f"{r.knob}: {self.before_s * 1e3:.1f} → {self.after_s * 1e3:.1f} ms per step{when} "
                 f"({self.before_s / self.after_s:.2f}×); predicted {self.predicted_s * 1e3:.1f} ms "
                 f"± {self.tolerance_s * 1e3:.1f}{gap}: {verdict}")
 

@@ -58,7 +58,7 @@ class Recommendation:
     #: the time per step the lab's model predicts after the change (s; None: no prediction)
     predicted_s: float | None = None
     #: what the prediction is about: "steady" (time per step once each epoch's first batch is in
-    #: hand) or "run" (the whole run's wall time per step, start-up included)
+    #: hand and every worker is up) or "run" (the whole run's wall time per step, start-up included)
     measure: str = "steady"
 
 

@@ -79,19 +79,27 @@ def with_changes(loader: DataLoader, **changes: Any) -> DataLoader:
 
 def _mean_and_noise(d: Diagnosis, measure: str) -> tuple[float, float]:
     """Time per step (steady or whole run) and twice its standard error (s). A whole run's time
-    varies most with its start-ups: one start-up's spread (the epochs' first batches) per step."""
+    varies most with its start-ups: one start-up's spread (the epochs' first batches) per step.
+    Steady: the mean interval between steps once each epoch's first batch was in hand and every
+    worker of the epoch was up, the pace a recommendation predicts. Under spawn and forkserver
+    new workers import torch one after another, and a short epoch can spend a fifth of its time
+    with some of them still starting (forkserver, notebook 16: 28.8 ms a step against a
+    predicted 21.3 ± 5.5, workers starting for 19 % of the run)."""
     if measure == "run":
         startups = [e.first_batch_s for e in d.timeline.epochs if e.first_batch_s is not None]
         spread = statistics.stdev(startups) if len(startups) >= 2 else 0.0
         return d.step_s, 2 * spread / max(d.steps, 1)
-    firsts = {e.epoch: e.first_ready for e in d.timeline.epochs}
-    steady = sorted((b for b in d.timeline.batches if b.ready != firsts.get(b.epoch)),
-                    key=lambda b: b.step_end)
-    gaps = [later.step_end - earlier.step_end for earlier, later in zip(steady, steady[1:], strict=False)
-            if later.epoch == earlier.epoch]
+    gaps: list[float] = []
+    for epoch in d.timeline.epochs:
+        if epoch.first_ready is None:
+            continue
+        up = max([epoch.first_ready, *epoch.worker_ready.values()])
+        ends = sorted(b.step_end for b in d.timeline.epoch_batches(epoch.epoch)
+                      if b.ready != epoch.first_ready)
+        gaps.extend(later - earlier for earlier, later in zip(ends, ends[1:], strict=False) if earlier >= up)
     if len(gaps) < 3:
         return d.steady_step_s, 0.0
-    return d.steady_step_s, 2 * statistics.stdev(gaps) / math.sqrt(len(gaps))
+    return statistics.fmean(gaps), 2 * statistics.stdev(gaps) / math.sqrt(len(gaps))
 
 
 # -- the diagnosis ---------------------------------------------------------------------------------
