@@ -15,6 +15,7 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from ...cores import cpu_limits
 from .. import torch_internals
+from ..analysis import settled_intervals
 from ..recorder import record
 from ..theory import step_time
 from .result import Diagnosis, Followed
@@ -89,14 +90,7 @@ def _mean_and_noise(d: Diagnosis, measure: str) -> tuple[float, float]:
         startups = [e.first_batch_s for e in d.timeline.epochs if e.first_batch_s is not None]
         spread = statistics.stdev(startups) if len(startups) >= 2 else 0.0
         return d.step_s, 2 * spread / max(d.steps, 1)
-    gaps: list[float] = []
-    for epoch in d.timeline.epochs:
-        if epoch.first_ready is None:
-            continue
-        up = max([epoch.first_ready, *epoch.worker_ready.values()])
-        ends = sorted(b.step_end for b in d.timeline.epoch_batches(epoch.epoch)
-                      if b.ready != epoch.first_ready)
-        gaps.extend(later - earlier for earlier, later in zip(ends, ends[1:], strict=False) if earlier >= up)
+    gaps = settled_intervals(d.timeline)
     if len(gaps) < 3:
         return d.steady_step_s, 0.0
     return statistics.fmean(gaps), 2 * statistics.stdev(gaps) / math.sqrt(len(gaps))
