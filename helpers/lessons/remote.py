@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..classroom.checks import Check, at_least, at_most, holds, premise_failed
+from ..cores import effective_cores
 from ..data.remote.objects import median_timing
 from ..data.remote.requests import Requests, request_slowdown
 
@@ -221,8 +222,6 @@ def _keeps_time_check(
     grid: dict[tuple[int, int], Requests], alone_s: float, cores: float | None = None
 ) -> Check:
     if cores is None:
-        from ..cores import effective_cores
-
         cores = effective_cores()
     alone_s = grid[1, 1].median_s() if (1, 1) in grid else alone_s
     timed = {(w, t): r for (w, t), r in grid.items() if w * t >= 2 and r.median_s() <= KEEPS_TIME * alone_s}

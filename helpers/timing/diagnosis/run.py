@@ -81,8 +81,9 @@ def with_changes(loader: DataLoader, **changes: Any) -> DataLoader:
 def _mean_and_noise(d: Diagnosis, measure: str) -> tuple[float, float]:
     """Time per step (steady or whole run) and twice its standard error (s). A whole run's time
     varies most with its start-ups: one start-up's spread (the epochs' first batches) per step.
-    Steady: the mean interval between steps once each epoch's first batch was in hand and every
-    worker of the epoch was up, the pace a recommendation predicts. Under spawn and forkserver
+    Steady: the mean interval between steps once every worker of the epoch was up (from the
+    first step's end on: :func:`~helpers.timing.analysis.settled_intervals`), the pace a
+    recommendation predicts. Under spawn and forkserver
     new workers import torch one after another, and a short epoch can spend a fifth of its time
     with some of them still starting (forkserver, notebook 16: 28.8 ms a step against a
     predicted 21.3 ± 5.5, workers starting for 19 % of the run)."""
