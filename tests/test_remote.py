@@ -210,7 +210,10 @@ def test_bad_arguments_are_refused(store, keys):
 
 
 def test_thread_pool_puts_a_batch_in_flight_and_one_get_at_a_time_does_not(store, keys):
-    remote = store.endpoint(latency_s=0.03)
+    # 80 ms a request: the 8 threads start one after another (boto3 prepares each request in Python,
+    # under one GIL, ~1-2 ms here and 2-3x that on a slower CPU), and all 8 are in flight at once only
+    # while the first is still waiting; 30 ms left that about 2x here and next to nothing on a slow CPU.
+    remote = store.endpoint(latency_s=0.08)
     step = helpers.ModelledStep(0.001)
     serial = DataLoader(helpers.S3Dataset(remote, "test", keys[:16]), batch_size=8, num_workers=1)
     _, one = helpers.measure_requests(serial, step, progress=False)
