@@ -89,6 +89,44 @@ def test_worker_seq_counts_batches_per_worker():
         assert [b.worker_seq for b in tl.batches if b.worker == worker] == [0, 1, 2, 3]
 
 
+class _Closes(torch.utils.data.IterableDataset):
+    """An iterable dataset whose iterator notes that it was closed (its ``finally`` ran)."""
+
+    def __init__(self):
+        self.closed = 0
+
+    def __iter__(self):
+        try:
+            yield from range(8)
+        finally:
+            self.closed += 1
+
+
+@pytest.mark.untimed
+def test_an_epoch_stopped_early_ends_its_iterators_without_the_garbage_collector():
+    # The instrument's hooks make cycles: the 0-worker fetch hook holds the fetcher's own method, and
+    # a prefetcher's timed copy_to_device is DevicePrefetcher's own method. A recording stopped by
+    # max_batches then left the dataset's generator open (19's ThreadedBatches: its threads) and the
+    # epoch's workers running until the collector ran, whose shutdown landed in a later run.
+    import gc
+
+    import psutil
+
+    gc.disable()
+    try:
+        closes = _Closes()
+        helpers.record(DataLoader(closes, batch_size=2), max_batches=1, progress=False)
+        assert closes.closed == 1
+        loader = DataLoader(helpers.WorkDataset(64), batch_size=2, num_workers=2)
+        tl = helpers.record(loader, wrap=lambda batches: helpers.DevicePrefetcher(batches, "cpu"),
+                            max_batches=2, progress=False)
+        pids = {b.pid for b in tl.batches}
+        assert pids and not [p for p in pids if psutil.pid_exists(p)
+                             and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    finally:
+        gc.enable()
+
+
 # -- what the step receives -----------------------------------------------------------------
 @pytest.mark.untimed
 def test_step_receives_the_batch_exactly_as_the_loader_delivers_it():

@@ -246,8 +246,15 @@ def _record_epoch(loader, step, epoch, t0, batches, max_batches, device, wrap, o
         spans = [Span(row, kind, start - t0, stop - t0, epoch, number)
                  for row, kind, start, stop, number in timer.spans(anchor)]
     # Without persistent workers, this epoch's workers end when the iterator goes (as in a
-    # loop that moves on to the next epoch); the time shows before the next iter().
-    del iterator, source, source_iter
+    # loop that moves on to the next epoch); the time shows before the next iter(). Ended here, not
+    # by `del`: a wrap that refers to itself (DevicePrefetcher's transform is its own method) keeps
+    # the iterator alive until the garbage collector runs, whose shutdown then lands in a later run.
+    if fetcher is not None:
+        del fetcher.fetch  # the hook holds the fetcher's own method, a cycle; the dataset's iterator
+        # (a generator, with its `finally`) would then also wait for the collector
+    if not loader.persistent_workers:
+        torch_internals.shutdown_workers(iterator)
+    del iterator, source, source_iter, fetcher
     return EpochRecord(epoch=epoch, iter_start=iter_start - t0, iter_end=iter_end - t0,
                        first_ready=_since(first_ready, t0), end=end - t0,
                        worker_ready=worker_ready), spans
