@@ -896,6 +896,25 @@ def test_batched_workers_check_reports_other_programs_on_the_cores_as_a_premise_
     assert claim in failing(batched.checks(*case, cores=0.5, cores_free=0.5))
 
 
+def test_batched_cpu_case_is_set_aside_when_its_fetches_were_stopped_and_judged_when_on_a_cpu():
+    # make quota QUOTA=0.5: 1.88× for the per-sample CPU case; its fetches on a CPU half the time, say
+    from types import SimpleNamespace
+
+    from helpers.lessons import batched
+
+    case = batched_case(cpu=1.88)
+    claims = ["when per-sample CPU work dominates, batching the fetch gains little (under 1.5×)",
+              "...as the arithmetic of the stated costs says (within 2×)"]
+    stopped = {c.claim: c for c in batched.checks(*case, cpu_case_on_cpu=0.52)}
+    assert [stopped[c].passed for c in claims] == [None, None] and "only 52%" in stopped[claims[0]].premise
+    assert failing(batched.checks(*case, cpu_case_on_cpu=0.97)) == claims
+    assert failing(batched.checks(*case)) == claims
+    # the share itself: CPU time over wall time of the fetches, across runs
+    run = SimpleNamespace(batches=[SimpleNamespace(fetch_s=0.03, fetch_cpu_s=0.027),
+                                   SimpleNamespace(fetch_s=0.08, fetch_cpu_s=0.028)])
+    assert batched.on_cpu_share([run, run]) == pytest.approx(0.055 / 0.11)
+
+
 def test_batched_checks_fail_when_a_local_database_gains_nothing():
     from helpers.lessons import batched
 
@@ -2134,6 +2153,16 @@ def test_main_process_checks_report_starved_workers_as_a_premise():
     checks = main_process_case(top_wait_share=0.4, sweep={5: 0.05}, cores=1.0)
     untested = [c for c in checks if c.passed is None]
     assert len(untested) == 1 and "waited for data 40%" in untested[0].premise
+
+
+def test_main_process_overlap_check_is_set_aside_inside_a_quota_under_one_cpu_and_judged_at_one():
+    # make quota QUOTA=0.5: the loss read every 8 steps, 21.2 ms against 20.3 every step
+    claim = "reading the loss every 8 steps: the host's work overlaps the device's"
+    no_overlap = {"loss every 8 steps": 0.0212, "one stacked tensor": 0.0203}
+    half = {c.claim: c for c in main_process_case(lifts=no_overlap, cores=0.5)}
+    assert half[claim].passed is None and "may use 0.5 CPU" in half[claim].premise
+    assert claim in failing(main_process_case(lifts=no_overlap, cores=1.0))
+    assert claim in failing(main_process_case(lifts=no_overlap))
 
 
 # -- 18 bugs that don't crash ------------------------------------------------------------------------

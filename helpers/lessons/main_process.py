@@ -123,9 +123,19 @@ def checks(m: dict[str, float], m_noise_s: float, sweep: dict[int, float], predi
                     "memory, it copies no bytes", lifts["uint8"], lifts["one stacked tensor"], rel=0.15,
                     noise_s=step_noise_s))
     overlap = expected["one stacked tensor"] - expected["loss every 8 steps"]
-    out.append(exceeds("reading the loss every 8 steps: the host's work overlaps the device's",
-                       lifts["one stacked tensor"], lifts["loss every 8 steps"], gap=overlap,
-                       noise=step_noise_s))
+    claim = "reading the loss every 8 steps: the host's work overlaps the device's"
+    if cores is not None and cores < 1:
+        # make quota QUOTA=0.5: 21.2 ms against 20.3 with the loss read every step. Run ahead, the host
+        # spends its CPU in bursts (8 steps' launches and hand-overs back to back), and a quota under one
+        # CPU stops it for part of each period: the pace is the quota's, not max(m + h, d).
+        out.append(premise_failed(claim, f"{lifts['loss every 8 steps'] * 1e3:.1f} ms vs "
+                                  f"{lifts['one stacked tensor'] * 1e3:.1f} ms",
+                                  f"this process may use {cores:g} CPU (a quota): the host's launches, m and "
+                                  "the workers share less than one CPU, stopped for part of each period, so "
+                                  "the host cannot run ahead of the device at a core's pace"))
+    else:
+        out.append(exceeds(claim, lifts["one stacked tensor"], lifts["loss every 8 steps"], gap=overlap,
+                           noise=step_noise_s))
     out.append(near("threads for GIL-releasing work: no hand-over, the pace is the step's",
                     lifts["threads, GIL released"], expected["threads, GIL released"], rel=0.25,
                     noise_s=step_noise_s))
