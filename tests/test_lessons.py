@@ -48,6 +48,19 @@ def test_baseline_checks_fail_when_the_load_is_not_what_the_lesson_says():
     assert "2 workers: the long interval is n − y (waiting for the next pair)" in failed
 
 
+def test_baseline_first_batch_late_inside_a_quota_is_set_aside_and_early_still_fails():
+    # make quota QUOTA=0.5: the first batch 238.7 ms after start against 200 ± 30
+    claim = "2 workers: the first batch comes one whole batch load after iter() has started every worker " \
+            "and its own worker is up"
+    late = simulated_runs(first_load_s=lambda x: 1.2 * N)
+    half = {c.claim: c for c in baseline.checks(late, N, Y, cores=0.5)}
+    assert half[claim].passed is None and "may use 0.5 CPU" in half[claim].premise
+    assert claim in failing(baseline.checks(late, N, Y, cores=1.0))
+    assert claim in failing(baseline.checks(late, N, Y))
+    # early (the workers building the first batch together: n / x) is judged inside the quota too
+    assert claim in failing(baseline.checks(simulated_runs(first_load_s=lambda x: N / x), N, Y, cores=0.5))
+
+
 def test_baseline_checks_fail_when_the_loop_has_work_of_its_own():
     # 20 ms of main-process work per batch: with the recommended workers the loop is not at y.
     failed = failing(baseline.checks(simulated_runs(main_s=0.02), N, Y))
