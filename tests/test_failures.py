@@ -124,20 +124,55 @@ def test_fd_demo_fails_for_real_and_clones_fix_it():
     assert cloned.returncode == 0 and cloned.result["batches_kept"] == 300
     assert {p.pid for p in psutil.Process().children(recursive=True)} <= before
     # A segment left behind outlives the process that made it (ATen names it torch_<creator pid>_…).
-    # Another test running beside this one (pytest -n 2) holds segments of live workers: a fresh
-    # clone's run once failed here on one of those.
+    # Another test running beside this one (pytest -n 3) may hold segments of live workers, or a
+    # batch whose worker has exited (four runners on two cores once found one, gone a moment later): a
+    # segment counts as left behind only when its creator has exited and no process has it open or
+    # mapped.
     orphaned = _orphaned_segments()
     assert not orphaned, orphaned
+
+
+def _held_shm_paths() -> set[str]:
+    """Every /dev/shm path some process has open or mapped (the processes this user may read)."""
+    held = set()
+    for pid in psutil.pids():
+        try:
+            for fd in os.scandir(f"/proc/{pid}/fd"):
+                target = os.readlink(fd.path)
+                if target.startswith("/dev/shm/"):
+                    held.add(target.removesuffix(" (deleted)"))
+            with open(f"/proc/{pid}/maps") as maps:
+                held.update(line.split(None, 5)[5].strip().removesuffix(" (deleted)")
+                            for line in maps if "/dev/shm/" in line and len(line.split(None, 5)) == 6)
+        except OSError:  # the process exited meanwhile, or is not ours to read
+            continue
+    return held
 
 
 def _orphaned_segments(grace_s=1.0):
     def orphans():
         creators = {name: re.match(r"torch_(\d+)_", name) for name in helpers.torch_segments()}
-        return {name for name, m in creators.items() if not m or not psutil.pid_exists(int(m[1]))}
+        dead = {name for name, m in creators.items() if not m or not psutil.pid_exists(int(m[1]))}
+        return dead - {path.removeprefix("/dev/shm/") for path in _held_shm_paths()} if dead else dead
     first = orphans()
     if first:
         time.sleep(grace_s)  # the receiver of a batch may still be unlinking it
     return sorted(first & orphans())
+
+
+@pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="Linux")
+def test_a_segment_of_an_exited_creator_is_left_behind_unless_a_process_still_maps_it():
+    exited = psutil.Popen(["true"])
+    exited.wait()
+    path = f"/dev/shm/torch_{exited.pid}_lab_test_{os.getpid()}"
+    with open(path, "wb") as segment:
+        segment.write(b"\0" * mmap.PAGESIZE)
+    try:
+        with open(path, "r+b") as segment, mmap.mmap(segment.fileno(), mmap.PAGESIZE):
+            assert os.path.basename(path) not in _orphaned_segments(grace_s=0.01)  # open and mapped here
+        assert os.path.basename(path) in _orphaned_segments(grace_s=0.01)
+    finally:
+        os.unlink(path)
 
 
 @pytest.mark.skipif(not helpers.shm_sandbox_available(), reason="no private /dev/shm (user namespaces)")
