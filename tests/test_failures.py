@@ -132,28 +132,14 @@ def test_fd_demo_fails_for_real_and_clones_fix_it():
     assert not orphaned, orphaned
 
 
-def _held_shm_paths() -> set[str]:
-    """Every /dev/shm path some process has open or mapped (the processes this user may read)."""
-    held = set()
-    for pid in psutil.pids():
-        try:
-            for fd in os.scandir(f"/proc/{pid}/fd"):
-                target = os.readlink(fd.path)
-                if target.startswith("/dev/shm/"):
-                    held.add(target.removesuffix(" (deleted)"))
-            with open(f"/proc/{pid}/maps") as maps:
-                held.update(line.split(None, 5)[5].strip().removesuffix(" (deleted)")
-                            for line in maps if "/dev/shm/" in line and len(line.split(None, 5)) == 6)
-        except OSError:  # the process exited meanwhile, or is not ours to read
-            continue
-    return held
-
-
 def _orphaned_segments(grace_s=1.0, segments=helpers.torch_segments):
     def orphans():
         creators = {name: re.search(r"torch_(\d+)_", name) for name in segments()}
         dead = {name for name, m in creators.items() if not m or not psutil.pid_exists(int(m[1]))}
-        return dead - {path.removeprefix("/dev/shm/") for path in _held_shm_paths()} if dead else dead
+        if not dead:
+            return dead
+        held = helpers.failures.held_shm_files(psutil.pids())  # by every process, not only ours
+        return dead - {path.removeprefix("/dev/shm/").removesuffix(" (deleted)") for path, _, _ in held}
     first = orphans()
     if first:
         time.sleep(grace_s)  # the receiver of a batch may still be unlinking it

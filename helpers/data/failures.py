@@ -31,6 +31,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -100,26 +101,8 @@ def shm_held_bytes(pids: set[int] | None = None) -> int:
     if pids is None:
         pids = _process_tree()
     sizes: dict[int, int] = {}  # inode -> bytes
-    for pid in pids:
-        try:
-            for fd in os.listdir(f"/proc/{pid}/fd"):
-                try:
-                    target = os.readlink(f"/proc/{pid}/fd/{fd}")
-                    if target.startswith("/dev/shm/") and not target.startswith(SEMAPHORES):
-                        held = os.stat(f"/proc/{pid}/fd/{fd}")
-                        sizes[held.st_ino] = max(sizes.get(held.st_ino, 0), held.st_size)
-                except OSError:  # closed meanwhile
-                    continue
-            with open(f"/proc/{pid}/maps") as maps:
-                for line in maps:
-                    if "/dev/shm/" in line:  # start-end perms offset dev inode path
-                        span, _perms, offset, _dev, inode, path = line.split(None, 5)
-                        if path.startswith(SEMAPHORES):
-                            continue
-                        start, end = (int(x, 16) for x in span.split("-"))
-                        sizes[int(inode)] = max(sizes.get(int(inode), 0), int(offset, 16) + end - start)
-        except OSError:  # the process ended meanwhile
-            continue
+    for _path, inode, size in held_shm_files(pids):
+        sizes[inode] = max(sizes.get(inode, 0), size)
     named = tuple(f"torch_{pid}_" for pid in pids)
     with os.scandir(SHM) as entries:
         for entry in entries:
@@ -130,6 +113,33 @@ def shm_held_bytes(pids: set[int] | None = None) -> int:
                     continue
                 sizes[held.st_ino] = max(sizes.get(held.st_ino, 0), held.st_size)
     return sum(sizes.values())
+
+
+def held_shm_files(pids: Iterable[int]) -> Iterator[tuple[str, int, int]]:
+    """``(path, inode, bytes)`` for every ``/dev/shm`` file these processes have open
+    (``/proc/PID/fd``; the file's size) or mapped (``/proc/PID/maps``; up to the mapping's end),
+    POSIX semaphores left out. A path unlinked since ends in `` (deleted)``. Processes that end
+    meanwhile, or that this user may not read, are skipped."""
+    for pid in pids:
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                try:
+                    target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                    if target.startswith("/dev/shm/") and not target.startswith(SEMAPHORES):
+                        held = os.stat(f"/proc/{pid}/fd/{fd}")
+                        yield target, held.st_ino, held.st_size
+                except OSError:  # closed meanwhile
+                    continue
+            with open(f"/proc/{pid}/maps") as maps:
+                for line in maps:
+                    if "/dev/shm/" in line:  # start-end perms offset dev inode path
+                        span, _perms, offset, _dev, inode, path = line.split(None, 5)
+                        if path.startswith(SEMAPHORES):
+                            continue
+                        start, end = (int(x, 16) for x in span.split("-"))
+                        yield path.rstrip("\n"), int(inode), int(offset, 16) + end - start
+        except OSError:  # the process ended meanwhile
+            continue
 
 
 def _process_tree() -> set[int]:
