@@ -200,6 +200,38 @@ def cgroup_quota(root: str | Path = "/", proc: str = "proc/self") -> CpuQuota | 
     return min(quotas, key=lambda q: q.cpus) if quotas else None
 
 
+def quota_stat_files(root: str | Path = "/", proc: str = "proc/self") -> list[Path]:
+    """The ``cpu.stat`` file of every group over this process that holds a CPU quota (its own and
+    its ancestors', in each hierarchy): where the kernel counts the quota's stops. Empty without a
+    quota, so callers that read :func:`stopped_s` pay nothing then."""
+    return [folder / "cpu.stat" for cgroup in cpu_cgroups(root, proc) for folder in cgroup.upward()
+            if (_v2_quota if cgroup.version == "v2" else _v1_quota)(folder) is not None
+            and (folder / "cpu.stat").is_file()]
+
+
+def stopped_s(stat_files: list[Path]) -> float | None:
+    """How long the quota has stopped this process's groups so far (s), from each file of
+    :func:`quota_stat_files`: ``throttled_time`` (cgroup v1, ns) or ``throttled_usec`` (v2, µs) —
+    the time the group's run queue was stopped on each core, summed over the cores (so up to the cores
+    × the wall time). Cumulative: the difference of two readings is what a stretch of work met.
+    None when there is no quota (nothing to read) or a file cannot be read any more."""
+    if not stat_files:
+        return None
+    total = 0.0
+    for path in stat_files:
+        text = _read(path)
+        if text is None:
+            return None
+        stat = dict(line.split(None, 1) for line in text.splitlines() if len(line.split()) == 2)
+        if "throttled_time" in stat:
+            total += int(stat["throttled_time"]) / 1e9
+        elif "throttled_usec" in stat:
+            total += int(stat["throttled_usec"]) / 1e6
+        else:
+            return None
+    return total
+
+
 def cpu_limits(root: str | Path = "/", proc: str = "proc/self") -> CpuLimits:
     """The affinity mask and the cgroup CPU quota of this process (see the module's docstring)."""
     count, source = affinity()

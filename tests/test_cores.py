@@ -83,6 +83,66 @@ def test_no_cgroup_files_at_all(tmp_path):
     assert cores.cgroup_quota(tmp_path) is None  # macOS, Windows, a sandbox without /proc
 
 
+def test_the_quotas_stops_are_read_from_the_groups_that_hold_a_quota(tmp_path):
+    # v1: throttled_time in ns, on the group with the quota (its unlimited parent is not read)
+    v1 = fake_root(tmp_path / "v1", "2:cpu,cpuacct:/hub/user\n0::/\n", V1_MOUNTS, {
+        "/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us": "-1",
+        "/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_period_us": "100000",
+        "/sys/fs/cgroup/cpu,cpuacct/cpu.stat": "nr_periods 0\nnr_throttled 0\nthrottled_time 9000000000",
+        "/sys/fs/cgroup/cpu,cpuacct/hub/user/cpu.cfs_quota_us": "50000",
+        "/sys/fs/cgroup/cpu,cpuacct/hub/user/cpu.cfs_period_us": "100000",
+        "/sys/fs/cgroup/cpu,cpuacct/hub/user/cpu.stat":
+            "nr_periods 40\nnr_throttled 12\nthrottled_time 250000000",
+    })
+    files = cores.quota_stat_files(v1)
+    assert [f.parent.name for f in files] == ["user"] and cores.stopped_s(files) == pytest.approx(0.25)
+    # v2: throttled_usec, summed over every group with a quota (the child's and the ancestor's own)
+    v2 = fake_root(tmp_path / "v2", "0::/hub/alice\n", V2_MOUNTS, {
+        "/sys/fs/cgroup/hub/cpu.max": "200000 100000",
+        "/sys/fs/cgroup/hub/cpu.stat": "usage_usec 1\nnr_periods 5\nnr_throttled 1\nthrottled_usec 1000",
+        "/sys/fs/cgroup/hub/alice/cpu.max": "50000 100000",
+        "/sys/fs/cgroup/hub/alice/cpu.stat":
+            "usage_usec 1\nnr_periods 5\nnr_throttled 3\nthrottled_usec 30000",
+    })
+    assert cores.stopped_s(cores.quota_stat_files(v2)) == pytest.approx(0.031)
+    # no quota: nothing to read, and no number (not 0: nothing could stop the group)
+    free = fake_root(tmp_path / "free", "0::/user.slice/lab\n", V2_MOUNTS, {
+        "/sys/fs/cgroup/user.slice/lab/cpu.max": "max 100000",
+        "/sys/fs/cgroup/user.slice/lab/cpu.stat": "nr_periods 0\nnr_throttled 0\nthrottled_usec 0",
+    })
+    assert cores.quota_stat_files(free) == [] and cores.stopped_s([]) is None
+    # a file gone since (the group removed): None, not a stale number
+    (tmp_path / "v2/sys/fs/cgroup/hub/alice/cpu.stat").unlink()
+    assert cores.stopped_s(files + [tmp_path / "v2/sys/fs/cgroup/hub/alice/cpu.stat"]) is None
+
+
+def test_record_reads_the_quotas_stops_per_epoch_and_up_to_the_first_batch(monkeypatch, tmp_path):
+    # A fake cpu.stat that a step advances by 10 ms: the epoch's reading counts every step's, the
+    # first-batch reading none of them (it is taken when the first batch is in hand).
+    from torch.utils.data import DataLoader
+
+    from helpers.timing import recorder
+
+    stat = tmp_path / "cpu.stat"
+    stat.write_text("nr_periods 0\nnr_throttled 0\nthrottled_usec 0\n")
+    monkeypatch.setattr(recorder, "quota_stat_files", lambda: [stat])
+    stopped = [0]
+
+    def step(batch):
+        stopped[0] += 10_000
+        stat.write_text(f"nr_periods 1\nnr_throttled 1\nthrottled_usec {stopped[0]}\n")
+
+    tl = helpers.record(DataLoader(list(range(8)), batch_size=2), step, epochs=2)
+    assert [e.stopped_s for e in tl.epochs] == [pytest.approx(0.04), pytest.approx(0.04)]
+    assert [e.stopped_to_first_s for e in tl.epochs] == [0.0, 0.0]
+    assert [e.stopped_in_iter_s for e in tl.epochs] == [0.0, 0.0]
+    assert tl.stopped_s == pytest.approx(0.08)
+    # without a quota nothing is read, and the timeline says so with None
+    monkeypatch.setattr(recorder, "quota_stat_files", lambda: [])
+    plain = helpers.record(DataLoader(list(range(8)), batch_size=2), epochs=1)
+    assert plain.epochs[0].stopped_s is None and plain.stopped_s is None
+
+
 def test_effective_cores_cap_the_affinity_and_describe_both():
     two = cores.CpuLimits(2, "os.sched_getaffinity", None)
     assert two.cores == 2.0 and two.whole == 2 and not two.quota_limits and "no CPU quota" in two.describe()

@@ -4,6 +4,8 @@ configurations are exact and the tests fast; the notebooks run the same checks o
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 import helpers
@@ -48,17 +50,51 @@ def test_baseline_checks_fail_when_the_load_is_not_what_the_lesson_says():
     assert "2 workers: the long interval is n − y (waiting for the next pair)" in failed
 
 
-def test_baseline_first_batch_late_inside_a_quota_is_set_aside_and_early_still_fails():
+def with_stops(runs, to_first_s=0.0, in_iter_s=0.0, iter_returns_late_s=0.0):
+    """The runs as recorded under a CPU quota that stopped the group ``in_iter_s`` while iter() ran
+    and ``to_first_s`` from then to each run's first batch (what record() reads from cgroup
+    cpu.stat); ``iter_returns_late_s``: iter() returned that long after the first batch's load began."""
+    def epoch(tl, e):
+        late = (max(e.iter_end, tl.batches[0].fetch_start + iter_returns_late_s) if iter_returns_late_s
+                else e.iter_end)
+        return dataclasses.replace(e, iter_end=late, stopped_s=to_first_s + in_iter_s,
+                                   stopped_in_iter_s=in_iter_s, stopped_to_first_s=to_first_s)
+    return {x: dataclasses.replace(tl, epochs=[epoch(tl, e) for e in tl.epochs]) for x, tl in runs.items()}
+
+
+def test_baseline_first_batch_late_is_set_aside_only_when_the_quotas_stops_cover_it():
     # make quota QUOTA=0.5: the first batch 238.7 ms after start against 200 ± 30
     claim = "2 workers: the first batch comes one whole batch load after iter() has started every worker " \
             "and its own worker is up"
-    late = simulated_runs(first_load_s=lambda x: 1.2 * N)
-    half = {c.claim: c for c in baseline.checks(late, N, Y, cores=0.5)}
-    assert half[claim].passed is None and "may use 0.5 CPU" in half[claim].premise
-    assert claim in failing(baseline.checks(late, N, Y, cores=1.0))
+    late = simulated_runs(first_load_s=lambda x: 1.2 * N)  # 0.2 N late, ~0.05 N more than allowed
+    covered = {c.claim: c for c in baseline.checks(with_stops(late, to_first_s=0.2 * N), N, Y)}
+    assert covered[claim].passed is None
+    assert f"stopped this process's group for {0.2 * N * 1e3:.0f} ms" in covered[claim].premise
+    # stops too short to explain the lateness, or no quota at all (None): judged, and late fails
+    assert claim in failing(baseline.checks(with_stops(late, to_first_s=0.01 * N), N, Y))
     assert claim in failing(baseline.checks(late, N, Y))
-    # early (the workers building the first batch together: n / x) is judged inside the quota too
-    assert claim in failing(baseline.checks(simulated_runs(first_load_s=lambda x: N / x), N, Y, cores=0.5))
+    # early (the workers building the first batch together: n / x) is judged whatever the stops
+    early = simulated_runs(first_load_s=lambda x: N / x)
+    assert claim in failing(baseline.checks(with_stops(early, to_first_s=N, in_iter_s=N), N, Y))
+
+
+def test_baseline_first_batch_early_is_set_aside_only_when_iter_returned_late_within_the_stops():
+    # make quota QUOTA=0.5, the twelfth session: 126.9 ms against 200 ± 30 - iter() had sent the first
+    # indices, was stopped, and returned while the worker was already loading
+    claim = "2 workers: the first batch comes one whole batch load after iter() has started every worker " \
+            "and its own worker is up"
+    runs = simulated_runs()
+    covered = {c.claim: c for c in baseline.checks(with_stops(runs, in_iter_s=0.4 * N,
+                                                              iter_returns_late_s=0.4 * N), N, Y)}
+    assert covered[claim].passed is None and "while iter() ran" in covered[claim].premise
+    # too few stops inside iter(), or none read (no quota): judged, and early fails
+    assert claim in failing(baseline.checks(with_stops(runs, in_iter_s=0.05 * N, iter_returns_late_s=0.4 * N),
+                                            N, Y))
+    late_iter = with_stops(runs, iter_returns_late_s=0.4 * N)
+    unread = dict(stopped_s=None, stopped_in_iter_s=None, stopped_to_first_s=None)
+    no_quota = {x: dataclasses.replace(tl, epochs=[dataclasses.replace(e, **unread) for e in tl.epochs])
+                for x, tl in late_iter.items()}
+    assert claim in failing(baseline.checks(no_quota, N, Y))
 
 
 def test_baseline_checks_fail_when_the_loop_has_work_of_its_own():
@@ -2168,14 +2204,21 @@ def test_main_process_checks_report_starved_workers_as_a_premise():
     assert len(untested) == 1 and "waited for data 40%" in untested[0].premise
 
 
-def test_main_process_overlap_check_is_set_aside_inside_a_quota_under_one_cpu_and_judged_at_one():
-    # make quota QUOTA=0.5: the loss read every 8 steps, 21.2 ms against 20.3 every step
+def test_main_process_overlap_check_is_set_aside_only_when_the_quotas_stops_cover_the_shortfall():
+    # make quota QUOTA=0.5: the loss read every 8 steps, 21.2 ms against 20.3 every step (the overlap
+    # predicted 8 ms here: short by 21.2 + 4 - 20.3 = 4.9 ms a batch)
     claim = "reading the loss every 8 steps: the host's work overlaps the device's"
     no_overlap = {"loss every 8 steps": 0.0212, "one stacked tensor": 0.0203}
-    half = {c.claim: c for c in main_process_case(lifts=no_overlap, cores=0.5)}
-    assert half[claim].passed is None and "may use 0.5 CPU" in half[claim].premise
-    assert claim in failing(main_process_case(lifts=no_overlap, cores=1.0))
+    covered = {c.claim: c for c in main_process_case(lifts=no_overlap, overlap_stops_s=0.010)}
+    assert covered[claim].passed is None
+    assert "stopped this process's group for 10.0 ms a batch" in covered[claim].premise
+    assert "4.9 ms a batch the overlap fell short by" in covered[claim].premise
+    # stops too short to explain it, or no quota: judged, and it fails
+    assert claim in failing(main_process_case(lifts=no_overlap, overlap_stops_s=0.001))
     assert claim in failing(main_process_case(lifts=no_overlap))
+    # where the overlap held, stops change nothing
+    held = {c.claim: c for c in main_process_case(overlap_stops_s=0.010)}
+    assert held[claim].passed is True
 
 
 # -- 18 bugs that don't crash ------------------------------------------------------------------------

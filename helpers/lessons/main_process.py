@@ -82,7 +82,8 @@ def expected_lifts(step_s: float, device_s: float, m_many_s: float, m_stacked_s:
 def checks(m: dict[str, float], m_noise_s: float, sweep: dict[int, float], predicted: dict[int, float],
            top_wait_share: float, lifts: dict[str, float], expected: dict[str, float],
            step_noise_s: float, gil_work_s: float, gil_held_s: float,
-           cores: float | None = None, transform: tuple[float, float, float] | None = None) -> list[Check]:
+           cores: float | None = None, transform: tuple[float, float, float] | None = None,
+           overlap_stops_s: float | None = None) -> list[Check]:
     """``m``: m (s) for "many tensors" and "one stacked tensor", ``m_noise_s`` the spread of the
     latter's; ``sweep``/``predicted``: time per batch per worker count, measured and
     :func:`predicted_sweep`; ``top_wait_share``: :func:`data_wait_share` at the largest count;
@@ -92,7 +93,9 @@ def checks(m: dict[str, float], m_noise_s: float, sweep: dict[int, float], predi
     batch over the whole run (:func:`run_per_batch_s`: threads finish their first batches together,
     so the steady-state intervals after the first understate it); ``cores``: the CPUs this
     process may use (``helpers.effective_cores()``); ``transform``: the time per batch with a per-batch
-    transform in the loop, without it, and the transform's own time (s)."""
+    transform in the loop, without it, and the transform's own time (s); ``overlap_stops_s``: how long
+    a CPU quota stopped the group per batch in the "loss every 8 steps" run (:func:`stops_per_batch_s`;
+    None: no quota)."""
     out = [clearly_above("many small tensors cost the main process more than one stacked tensor of the "
                          "same bytes", m["many tensors"], m["one stacked tensor"], noise=m_noise_s,
                          what="m per batch")]
@@ -124,18 +127,22 @@ def checks(m: dict[str, float], m_noise_s: float, sweep: dict[int, float], predi
                     noise_s=step_noise_s))
     overlap = expected["one stacked tensor"] - expected["loss every 8 steps"]
     claim = "reading the loss every 8 steps: the host's work overlaps the device's"
-    if cores is not None and cores < 1:
+    overlapped = exceeds(claim, lifts["one stacked tensor"], lifts["loss every 8 steps"], gap=overlap,
+                         noise=step_noise_s)
+    short_s = lifts["loss every 8 steps"] + overlap / 2 - lifts["one stacked tensor"]
+    if overlapped.passed is False and overlap_stops_s is not None and overlap_stops_s >= short_s:
         # make quota QUOTA=0.5: 21.2 ms against 20.3 with the loss read every step. Run ahead, the host
-        # spends its CPU in bursts (8 steps' launches and hand-overs back to back), and a quota under one
-        # CPU stops it for part of each period: the pace is the quota's, not max(m + h, d).
-        out.append(premise_failed(claim, f"{lifts['loss every 8 steps'] * 1e3:.1f} ms vs "
-                                  f"{lifts['one stacked tensor'] * 1e3:.1f} ms",
-                                  f"this process may use {cores:g} CPU (a quota): the host's launches, m and "
-                                  "the workers share less than one CPU, stopped for part of each period, so "
-                                  "the host cannot run ahead of the device at a core's pace"))
+        # spends its CPU in bursts (8 steps' launches and hand-overs back to back), and a quota stops the
+        # group once it has spent its share of a period: the pace is the quota's, not max(m + h, d).
+        # Set aside only when the stops measured in that run cover what the overlap missed by.
+        stops_ms, short_ms = overlap_stops_s * 1e3, short_s * 1e3
+        out.append(premise_failed(claim, overlapped.measured,
+                                  f"a CPU quota stopped this process's group for {stops_ms:.1f} ms a batch "
+                                  "in that run (cgroup cpu.stat, summed over the cores), at least the "
+                                  f"{short_ms:.1f} ms a batch the overlap fell short by: the host could not "
+                                  "run ahead of the device at a core's pace"))
     else:
-        out.append(exceeds(claim, lifts["one stacked tensor"], lifts["loss every 8 steps"], gap=overlap,
-                           noise=step_noise_s))
+        out.append(overlapped)
     out.append(near("threads for GIL-releasing work: no hand-over, the pace is the step's",
                     lifts["threads, GIL released"], expected["threads, GIL released"], rel=0.25,
                     noise_s=step_noise_s))
@@ -147,6 +154,13 @@ def checks(m: dict[str, float], m_noise_s: float, sweep: dict[int, float], predi
 def run_per_batch_s(tl: Timeline) -> float:
     """A run's time per batch over the whole run (s): from ``iter()`` to the end of the last step."""
     return (tl.batches[-1].step_end - tl.epochs[0].iter_start) / len(tl.batches)
+
+
+def stops_per_batch_s(tl: Timeline) -> float | None:
+    """How long a CPU quota stopped this process's group per batch of a run (s, summed over the cores:
+    :attr:`Timeline.stopped_s`), or None without a quota."""
+    stopped = tl.stopped_s
+    return None if stopped is None or not tl.batches else stopped / len(tl.batches)
 
 
 def step_noise(tl: Timeline) -> float:

@@ -19,6 +19,7 @@ from typing import Any
 
 from torch.utils.data import DataLoader
 
+from ..cores import quota_stat_files, stopped_s
 from . import torch_internals
 from .device import synchronize, to_device, wait_for_step
 from .hooks import MAIN_PROCESS, GcMonitor, MainProcessFetch, PrefetcherTimer, RecordingWorkerInit, Stamped
@@ -117,6 +118,7 @@ def record(
         loader.worker_init_fn = RecordingWorkerInit(user_init)
     bar = _progress(loader, epochs, max_batches, progress if isinstance(progress, str) else None) \
         if progress else None
+    stat_files = quota_stat_files()  # a CPU quota's counters of its stops (none: nothing to read)
     t0 = clock()
     try:
         with GcMonitor() as gc_monitor:
@@ -124,7 +126,7 @@ def record(
                 if max_batches is not None and len(batches) >= max_batches:
                     break
                 epoch_record, epoch_spans = _record_epoch(
-                    loader, step, epoch, t0, batches, max_batches, device, wrap, on_batch, bar)
+                    loader, step, epoch, t0, batches, max_batches, device, wrap, on_batch, bar, stat_files)
                 epoch_records.append(epoch_record)
                 spans.extend(epoch_spans)
     finally:
@@ -163,7 +165,11 @@ def record_fastest(runs: dict[Any, Callable[[], Timeline]], rounds: int = 2, *,
     return best
 
 
-def _record_epoch(loader, step, epoch, t0, batches, max_batches, device, wrap, on_batch, bar):
+def _record_epoch(loader, step, epoch, t0, batches, max_batches, device, wrap, on_batch, bar, stat_files):
+    # Under a CPU quota, the quota's stops are read around the epoch and up to its first batch (each
+    # reading is one small file, taken outside the intervals the lessons compare but the first
+    # step's); without one, nothing is read.
+    stopped_start = stopped_s(stat_files)
     iter_start = clock()
     iterator = iter(loader)
     fetcher = torch_internals.main_process_fetcher(iterator)
@@ -185,6 +191,8 @@ def _record_epoch(loader, step, epoch, t0, batches, max_batches, device, wrap, o
             anchor = (clock(), event)
     source_iter = iter(source)
     iter_end = clock()
+    stopped_iter_end = stopped_s(stat_files)
+    stopped_first = None
     first_ready = None
     worker_ready: dict[int, float] = {}
     for index in itertools.count():
@@ -196,6 +204,8 @@ def _record_epoch(loader, step, epoch, t0, batches, max_batches, device, wrap, o
         except StopIteration:
             break
         ready = clock()
+        if stat_files and stopped_first is None:
+            stopped_first = stopped_s(stat_files)
         if unwrapped is not None:
             if not unwrapped.stamps:
                 raise RuntimeError(
@@ -238,6 +248,7 @@ def _record_epoch(loader, step, epoch, t0, batches, max_batches, device, wrap, o
         if on_batch is not None:
             on_batch(record_)
     end = clock()
+    stopped_end = stopped_s(stat_files)
     spans: list[Span] = []
     if unwrapped is not None:
         close = getattr(source, "close", None)
@@ -257,7 +268,9 @@ def _record_epoch(loader, step, epoch, t0, batches, max_batches, device, wrap, o
     del iterator, source, source_iter, fetcher
     return EpochRecord(epoch=epoch, iter_start=iter_start - t0, iter_end=iter_end - t0,
                        first_ready=_since(first_ready, t0), end=end - t0,
-                       worker_ready=worker_ready), spans
+                       worker_ready=worker_ready, stopped_s=_between(stopped_start, stopped_end),
+                       stopped_in_iter_s=_between(stopped_start, stopped_iter_end),
+                       stopped_to_first_s=_between(stopped_iter_end, stopped_first)), spans
 
 
 class NotImportable(TypeError):
@@ -302,6 +315,11 @@ def check_importable(loader: DataLoader) -> None:
                 f"runs by name, which this cannot give. Define it at the top level of a .py file (a module "
                 f"you import, like the lab's helpers) and pass that — or use fork where it exists. "
                 f"(PyTorch's own error would be \"Can't pickle local object\" or \"Can't get attribute\".)")
+
+
+def _between(before: float | None, after: float | None) -> float | None:
+    """What a cumulative counter gained between two readings (None when either is missing)."""
+    return None if before is None or after is None else after - before
 
 
 def _since(value: float | None, t0: float) -> float | None:

@@ -87,6 +87,13 @@ class EpochRecord:
     #: worker id -> when that worker process was ready to fetch (ran its init); only
     #: workers started in this epoch appear (persistent workers start once)
     worker_ready: dict[int, float] = field(default_factory=dict)
+    #: how long a CPU quota stopped this process's group in the epoch, from ``iter()`` to the loop's
+    #: end (s; cgroup ``cpu.stat``, summed over the cores: ``helpers.cores.stopped_s``); None: no quota
+    stopped_s: float | None = None
+    #: the same while ``iter()`` ran (it starts the workers and sends the first indices)
+    stopped_in_iter_s: float | None = None
+    #: the same from ``iter()`` returning to the first batch in the loop's hands
+    stopped_to_first_s: float | None = None
 
     @property
     def startup_s(self) -> float:
@@ -156,6 +163,13 @@ class Timeline:
         if not self.epochs:
             return 0.0
         return statistics.median(e.wall_s for e in self.epochs)
+
+    @property
+    def stopped_s(self) -> float | None:
+        """How long a CPU quota stopped this process's group during the recorded epochs (s, summed over
+        the cores; :attr:`EpochRecord.stopped_s`), or None without a quota."""
+        stops = [e.stopped_s for e in self.epochs if e.stopped_s is not None]
+        return sum(stops) if stops else None
 
     @property
     def workers(self) -> list[int]:
