@@ -213,8 +213,10 @@ def stopped_s(stat_files: list[Path]) -> float | None:
     """How long the quota has stopped this process's groups so far (s), from each file of
     :func:`quota_stat_files`: ``throttled_time`` (cgroup v1, ns) or ``throttled_usec`` (v2, µs) —
     the time the group's run queue was stopped on each core, summed over the cores (so up to the cores
-    × the wall time). Cumulative: the difference of two readings is what a stretch of work met.
-    None when there is no quota (nothing to read) or a file cannot be read any more."""
+    × the wall time; a group's counter also counts stops that met only its other members, and a stop
+    is added when it ends). Cumulative: the difference of two readings is what a stretch of work met,
+    at most. None when there is no quota (nothing to read), a file cannot be read any more or holds no
+    such counter."""
     if not stat_files:
         return None
     total = 0.0
@@ -223,11 +225,10 @@ def stopped_s(stat_files: list[Path]) -> float | None:
         if text is None:
             return None
         stat = dict(line.split(None, 1) for line in text.splitlines() if len(line.split()) == 2)
-        if "throttled_time" in stat:
-            total += int(stat["throttled_time"]) / 1e9
-        elif "throttled_usec" in stat:
-            total += int(stat["throttled_usec"]) / 1e6
-        else:
+        key, scale = ("throttled_time", 1e9) if "throttled_time" in stat else ("throttled_usec", 1e6)
+        try:
+            total += int(stat[key]) / scale
+        except (KeyError, ValueError):  # not a quota's counter as the kernel writes it: no number
             return None
     return total
 

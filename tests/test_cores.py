@@ -116,31 +116,49 @@ def test_the_quotas_stops_are_read_from_the_groups_that_hold_a_quota(tmp_path):
     assert cores.stopped_s(files + [tmp_path / "v2/sys/fs/cgroup/hub/alice/cpu.stat"]) is None
 
 
-def test_record_reads_the_quotas_stops_per_epoch_and_up_to_the_first_batch(monkeypatch, tmp_path):
-    # A fake cpu.stat that a step advances by 10 ms: the epoch's reading counts every step's, the
-    # first-batch reading none of them (it is taken when the first batch is in hand).
+def test_record_reads_the_quotas_stops_per_epoch_inside_iter_and_up_to_the_first_batch(monkeypatch, tmp_path):
+    # A fake cpu.stat that the loader and the step advance: 5 ms while iter() runs (the batch sampler's
+    # __iter__), 1 ms per item loaded (in the main process: 2 before the first batch is in hand), 10 ms
+    # per step. Each window must count its own.
     from torch.utils.data import DataLoader
 
     from helpers.timing import recorder
 
-    stat = tmp_path / "cpu.stat"
-    stat.write_text("nr_periods 0\nnr_throttled 0\nthrottled_usec 0\n")
-    monkeypatch.setattr(recorder, "quota_stat_files", lambda: [stat])
-    stopped = [0]
+    stat, stopped = tmp_path / "cpu.stat", [0]
 
-    def step(batch):
-        stopped[0] += 10_000
+    def advance(us):
+        stopped[0] += us
         stat.write_text(f"nr_periods 1\nnr_throttled 1\nthrottled_usec {stopped[0]}\n")
 
-    tl = helpers.record(DataLoader(list(range(8)), batch_size=2), step, epochs=2)
-    assert [e.stopped_s for e in tl.epochs] == [pytest.approx(0.04), pytest.approx(0.04)]
-    assert [e.stopped_to_first_s for e in tl.epochs] == [0.0, 0.0]
-    assert [e.stopped_in_iter_s for e in tl.epochs] == [0.0, 0.0]
-    assert tl.stopped_s == pytest.approx(0.08)
+    class Items(list):
+        def __getitem__(self, i):
+            advance(1_000)
+            return list.__getitem__(self, i)
+
+    class Pairs:
+        def __iter__(self):  # runs inside iter(loader)
+            advance(5_000)
+            return iter([[0, 1], [2, 3], [4, 5], [6, 7]])
+
+        def __len__(self):
+            return 4
+
+    advance(0)
+    monkeypatch.setattr(recorder, "quota_stat_files", lambda: [stat])
+    tl = helpers.record(DataLoader(Items(range(8)), batch_sampler=Pairs()), lambda batch: advance(10_000),
+                        epochs=2)
+    for e in tl.epochs:
+        assert e.stopped_in_iter_s == pytest.approx(0.005)
+        assert e.stopped_to_first_s == pytest.approx(0.002)
+        assert e.stopped_s == pytest.approx(0.005 + 0.008 + 0.040)
+    assert tl.stopped_s == pytest.approx(2 * 0.053)
     # without a quota nothing is read, and the timeline says so with None
     monkeypatch.setattr(recorder, "quota_stat_files", lambda: [])
     plain = helpers.record(DataLoader(list(range(8)), batch_size=2), epochs=1)
     assert plain.epochs[0].stopped_s is None and plain.stopped_s is None
+    # a counter that is not a number: no reading, not a crash inside record()
+    stat.write_text("nr_periods 1\nthrottled_usec many\n")
+    assert cores.stopped_s([stat]) is None
 
 
 def test_effective_cores_cap_the_affinity_and_describe_both():

@@ -90,6 +90,9 @@ def test_baseline_first_batch_early_is_set_aside_only_when_iter_returned_late_wi
     # too few stops inside iter(), or none read (no quota): judged, and early fails
     assert claim in failing(baseline.checks(with_stops(runs, in_iter_s=0.05 * N, iter_returns_late_s=0.4 * N),
                                             N, Y))
+    # the n / x bug with a load that began just before iter() returned: not the stop's doing, fails
+    early = simulated_runs(first_load_s=lambda x: N / x)
+    assert claim in failing(baseline.checks(with_stops(early, in_iter_s=N, iter_returns_late_s=0.001), N, Y))
     late_iter = with_stops(runs, iter_returns_late_s=0.4 * N)
     unread = dict(stopped_s=None, stopped_in_iter_s=None, stopped_to_first_s=None)
     no_quota = {x: dataclasses.replace(tl, epochs=[dataclasses.replace(e, **unread) for e in tl.epochs])
@@ -2219,6 +2222,18 @@ def test_main_process_overlap_check_is_set_aside_only_when_the_quotas_stops_cove
     # where the overlap held, stops change nothing
     held = {c.claim: c for c in main_process_case(overlap_stops_s=0.010)}
     assert held[claim].passed is True
+
+
+def test_the_stops_per_batch_leave_each_epochs_start_up_out():
+    from helpers.lessons import main_process
+
+    tl = simulated_runs(counts=[4], items=9)[4]  # one epoch: the first batch, then 8
+    start_up = with_stops({4: tl}, to_first_s=0.03, in_iter_s=0.05)[4]
+    assert main_process.stops_per_batch_s(start_up) == 0.0  # every stop came before the first batch
+    later = dataclasses.replace(start_up, epochs=[dataclasses.replace(e, stopped_s=e.stopped_s + 0.08)
+                                                  for e in start_up.epochs])
+    assert main_process.stops_per_batch_s(later) == pytest.approx(0.01)
+    assert main_process.stops_per_batch_s(tl) is None  # no quota
 
 
 # -- 18 bugs that don't crash ------------------------------------------------------------------------

@@ -157,10 +157,17 @@ def run_per_batch_s(tl: Timeline) -> float:
 
 
 def stops_per_batch_s(tl: Timeline) -> float | None:
-    """How long a CPU quota stopped this process's group per batch of a run (s, summed over the cores:
-    :attr:`Timeline.stopped_s`), or None without a quota."""
-    stopped = tl.stopped_s
-    return None if stopped is None or not tl.batches else stopped / len(tl.batches)
+    """How long a CPU quota stopped this process's group per batch of a run once each epoch's first
+    batch was in hand (s, summed over the cores: :class:`EpochRecord`'s ``stopped_s`` less its
+    start-up's), or None without a quota. The lifts are steady-state times per batch: the workers'
+    start-up, where a quota stops the group most, is left out of both."""
+    stops, after_first = 0.0, 0
+    for epoch in tl.epochs:
+        if epoch.stopped_s is None or epoch.stopped_in_iter_s is None or epoch.stopped_to_first_s is None:
+            return None
+        stops += epoch.stopped_s - epoch.stopped_in_iter_s - epoch.stopped_to_first_s
+        after_first += max(len(tl.epoch_batches(epoch.epoch)) - 1, 0)
+    return stops / after_first if after_first else None
 
 
 def step_noise(tl: Timeline) -> float:

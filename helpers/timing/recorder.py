@@ -166,9 +166,9 @@ def record_fastest(runs: dict[Any, Callable[[], Timeline]], rounds: int = 2, *,
 
 
 def _record_epoch(loader, step, epoch, t0, batches, max_batches, device, wrap, on_batch, bar, stat_files):
-    # Under a CPU quota, the quota's stops are read around the epoch and up to its first batch (each
-    # reading is one small file, taken outside the intervals the lessons compare but the first
-    # step's); without one, nothing is read.
+    # Under a CPU quota, the quota's stops are read around the epoch, when iter() returns and when the
+    # first batch is in hand (each reading is one small file, ~20 µs: inside the first batch's wait and
+    # its step, outside every other interval); without one, nothing is read here.
     stopped_start = stopped_s(stat_files)
     iter_start = clock()
     iterator = iter(loader)
