@@ -50,16 +50,32 @@ def test_baseline_checks_fail_when_the_load_is_not_what_the_lesson_says():
     assert "2 workers: the long interval is n − y (waiting for the next pair)" in failed
 
 
-def with_stops(runs, to_first_s=0.0, in_iter_s=0.0, iter_returns_late_s=0.0):
-    """The runs as recorded under a CPU quota that stopped the group ``in_iter_s`` while iter() ran
-    and ``to_first_s`` from then to each run's first batch (what record() reads from cgroup
-    cpu.stat); ``iter_returns_late_s``: iter() returned that long after the first batch's load began."""
+def with_stops(runs, to_first_s=0.0, in_iter_s=0.0, iter_returns_late_s=0.0, per_batch_after_s=0.0):
+    """The runs as recorded under a CPU quota that stopped the group ``in_iter_s`` while iter() ran,
+    ``to_first_s`` from then to each run's first batch and ``per_batch_after_s`` a batch after it
+    (what record() reads from cgroup cpu.stat); ``iter_returns_late_s``: iter() returned that long
+    after the first batch's load began."""
     def epoch(tl, e):
         late = (max(e.iter_end, tl.batches[0].fetch_start + iter_returns_late_s) if iter_returns_late_s
                 else e.iter_end)
-        return dataclasses.replace(e, iter_end=late, stopped_s=to_first_s + in_iter_s,
+        after = per_batch_after_s * (len(tl.epoch_batches(e.epoch)) - 1)
+        return dataclasses.replace(e, iter_end=late, stopped_s=to_first_s + in_iter_s + after,
                                    stopped_in_iter_s=in_iter_s, stopped_to_first_s=to_first_s)
     return {x: dataclasses.replace(tl, epochs=[epoch(tl, e) for e in tl.epochs]) for x, tl in runs.items()}
+
+
+def test_baseline_pair_intervals_off_are_set_aside_only_when_the_quotas_stops_cover_the_miss():
+    # make quota QUOTA=0.5, the twelfth session: "the short interval is the step alone" 78.5 ms against
+    # 50 ± 15. Here the long interval is off: items load in half the time (0.05 s against 0.15 s ± 0.03)
+    claim = "2 workers: the long interval is n − y (waiting for the next pair)"
+    off = simulated_runs(batch_load_s=N / 2)
+    covered = {c.claim: c for c in baseline.checks(with_stops(off, per_batch_after_s=0.08), N, Y)}
+    assert covered[claim].passed is None and "80.0 ms a batch" in covered[claim].premise
+    assert claim in failing(baseline.checks(with_stops(off, per_batch_after_s=0.01), N, Y))
+    assert claim in failing(baseline.checks(off, N, Y))  # no quota
+    # stops where the lesson holds change nothing
+    held = {c.claim: c for c in baseline.checks(with_stops(simulated_runs(), per_batch_after_s=0.08), N, Y)}
+    assert held[claim].passed is True
 
 
 def test_baseline_first_batch_late_is_set_aside_only_when_the_quotas_stops_cover_it():
@@ -1064,6 +1080,34 @@ def test_in_order_checks_fail_when_out_of_order_changes_the_typical_step():
     slower = [0.08 + 0.01 * (i % 7) for i in range(60)]
     failed = failing(in_order.checks(straggler_runs(out_of_order_loads=slower), 0.01))
     assert "the median interval is about the same (the tail moves, not the typical step)" in failed
+
+
+def test_takeover_counts_the_planted_stragglers_not_fetches_a_quota_stopped():
+    from helpers.lessons import in_order
+
+    # make quota QUOTA=0.5: out of order [0, 0, 1, 1, 18, 16] beside each "straggler". A stop of the
+    # whole group stretches ordinary fetches past 3× the median, and with every worker stopped
+    # nothing starts beside them. Here four ordinary batches are stretched after every other start.
+    runs = straggler_runs()
+    free = runs[False]
+    last_start = max(b.fetch_start for b in free.batches)
+    ordinary = [b.index for b in free.batches if b.indices[0] % 21][-4:]
+    stretched = [dataclasses.replace(b, fetch_start=last_start + 0.001 * (k + 1),
+                                     fetch_end=last_start + 0.001 * (k + 1) + 0.3)
+                 if b.index in ordinary else b
+                 for k, b in enumerate(free.batches)]
+    runs[False] = dataclasses.replace(free, batches=stretched)
+    claim = ("out of order, the other workers take over a stuck worker's tasks: more batches start beside "
+             "a straggler than in order")
+    slow = helpers.WorkDataset(60, item_wait_s=0.02, slow_every=21, slow_factor=10.0).is_slow
+    assert claim in failing(in_order.checks(runs, 0.01))  # the stretched fetches counted: median 0
+    planted = next(c for c in in_order.checks(runs, 0.01, slow=slow) if c.claim == claim)
+    assert planted.passed is True
+    assert "4 slow fetches of items the dataset does not slow left out" in planted.measured
+    # and out of order changing nothing still fails when only the planted ones count
+    same = straggler_runs()
+    same[False] = same[True]
+    assert claim in failing(in_order.checks(same, 0.01, slow=slow))
 
 
 def test_out_of_order_model_gives_a_stuck_workers_tasks_to_the_others():

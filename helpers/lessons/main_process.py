@@ -15,7 +15,7 @@ from ..classroom.checks import (
     spread_s,
     timing_noise_s,
 )
-from ..timing.analysis import per_batch_s
+from ..timing.analysis import per_batch_s, stops_per_batch_s  # noqa: F401 (the second: notebook 19 reads it here)
 from ..timing.theory import main_shares, measured_main_s, step_time
 from ..timing.timeline import Timeline
 
@@ -94,7 +94,7 @@ def checks(m: dict[str, float], m_noise_s: float, sweep: dict[int, float], predi
     so the steady-state intervals after the first understate it); ``cores``: the CPUs this
     process may use (``helpers.effective_cores()``); ``transform``: the time per batch with a per-batch
     transform in the loop, without it, and the transform's own time (s); ``overlap_stops_s``: how long
-    a CPU quota stopped the group per batch in the "loss every 8 steps" run (:func:`stops_per_batch_s`;
+    a CPU quota stopped the group per batch in the "loss every 8 steps" run (``stops_per_batch_s``;
     None: no quota)."""
     out = [clearly_above("many small tensors cost the main process more than one stacked tensor of the "
                          "same bytes", m["many tensors"], m["one stacked tensor"], noise=m_noise_s,
@@ -154,20 +154,6 @@ def checks(m: dict[str, float], m_noise_s: float, sweep: dict[int, float], predi
 def run_per_batch_s(tl: Timeline) -> float:
     """A run's time per batch over the whole run (s): from ``iter()`` to the end of the last step."""
     return (tl.batches[-1].step_end - tl.epochs[0].iter_start) / len(tl.batches)
-
-
-def stops_per_batch_s(tl: Timeline) -> float | None:
-    """How long a CPU quota stopped this process's group per batch of a run once each epoch's first
-    batch was in hand (s, summed over the cores: :class:`EpochRecord`'s ``stopped_s`` less its
-    start-up's), or None without a quota. The lifts are steady-state times per batch: the workers'
-    start-up, where a quota stops the group most, is left out of both."""
-    stops, after_first = 0.0, 0
-    for epoch in tl.epochs:
-        if epoch.stopped_s is None or epoch.stopped_in_iter_s is None or epoch.stopped_to_first_s is None:
-            return None
-        stops += epoch.stopped_s - epoch.stopped_in_iter_s - epoch.stopped_to_first_s
-        after_first += max(len(tl.epoch_batches(epoch.epoch)) - 1, 0)
-    return stops / after_first if after_first else None
 
 
 def step_noise(tl: Timeline) -> float:

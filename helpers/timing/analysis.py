@@ -74,3 +74,17 @@ def per_batch_s(tl: Timeline, period: int, settle_s: float = 0.0, cycles: int = 
     if len(intervals) < cycles * period:
         return None
     return statistics.fmean(cycle(intervals, period))
+
+
+def stops_per_batch_s(tl: Timeline) -> float | None:
+    """How long a CPU quota stopped this process's group per batch of a run once each epoch's first
+    batch was in hand (s, summed over the cores: :class:`EpochRecord`'s ``stopped_s`` less its
+    start-up's), or None without a quota. For steady-state times per batch: the workers' start-up,
+    where a quota stops the group most, is left out of both."""
+    stops, after_first = 0.0, 0
+    for epoch in tl.epochs:
+        if epoch.stopped_s is None or epoch.stopped_in_iter_s is None or epoch.stopped_to_first_s is None:
+            return None
+        stops += epoch.stopped_s - epoch.stopped_in_iter_s - epoch.stopped_to_first_s
+        after_first += max(len(tl.epoch_batches(epoch.epoch)) - 1, 0)
+    return stops / after_first if after_first else None
