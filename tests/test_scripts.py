@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import psutil
@@ -83,11 +84,15 @@ def test_leftovers_passes_a_clean_command_on_with_its_exit_status():
 
 @pytest.mark.skipif(not Path("/proc").is_dir() or not Path("/dev/shm").is_dir(), reason="needs Linux")
 def test_leftovers_finds_a_folder_a_detached_process_and_a_segment_and_removes_them():
+    # The detached process carries a tag of its own: other tests running beside this one (make test
+    # runs three at a time) start `time.sleep(60)` children too (fresh clone fc121: one of theirs
+    # matched the last assertion, found by the command line alone).
+    tag = f"dllab-leftovers-test-{uuid.uuid4().hex}"
     code = ("import os, subprocess, sys, tempfile\n"
             "tempfile.mkdtemp(prefix='pymp-')\n"
             "tempfile.mkdtemp(prefix='pytest-of-')\n"  # pytest's own, kept by design
             "os.mkdir(os.path.join(tempfile.gettempdir(), 'torchinductor_me'))\n"  # torch.compile's
-            "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'],\n"
+            f"subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)', '{tag}'],\n"
             "                 start_new_session=True)\n"
             "open(f'/dev/shm/torch_{os.getpid()}_0_0', 'wb').close()\n")
     done = run_leftovers(code)
@@ -96,8 +101,7 @@ def test_leftovers_finds_a_folder_a_detached_process_and_a_segment_and_removes_t
     assert "pytest-of-" not in done.stderr and "torchinductor_" not in done.stderr
     assert "a process still running" in done.stderr and "time.sleep(60)" in done.stderr
     assert "a shared-memory segment: /dev/shm/torch_" in done.stderr
-    assert not [p for p in psutil.process_iter(["cmdline"])
-                if "time.sleep(60)" in " ".join(p.info["cmdline"] or [])]
+    assert not [p for p in psutil.process_iter(["cmdline"]) if tag in (p.info["cmdline"] or [])]
     assert not [p for p in Path("/dev/shm").glob("torch_*_0_0")]
 
 
