@@ -209,6 +209,21 @@ def quota_stat_files(root: str | Path = "/", proc: str = "proc/self") -> list[Pa
             and (folder / "cpu.stat").is_file()]
 
 
+def cpu_stat(path: Path) -> dict[str, str] | None:
+    """A cgroup ``cpu.stat`` file as ``{name: value}`` (None when it cannot be read)."""
+    text = _read(path)
+    if text is None:
+        return None
+    return dict(line.split()[:2] for line in text.splitlines() if len(line.split()) >= 2)
+
+
+def stat_stopped_s(stat: dict[str, str]) -> float:
+    """The stops one ``cpu.stat`` counts (s): ``throttled_time`` (v1, ns) or ``throttled_usec`` (v2, µs).
+    Raises KeyError or ValueError when it holds neither as a number."""
+    key, scale = ("throttled_time", 1e9) if "throttled_time" in stat else ("throttled_usec", 1e6)
+    return int(stat[key]) / scale
+
+
 def stopped_s(stat_files: list[Path]) -> float | None:
     """How long the quota has stopped this process's groups so far (s), from each file of
     :func:`quota_stat_files`: ``throttled_time`` (cgroup v1, ns) or ``throttled_usec`` (v2, µs) —
@@ -221,13 +236,11 @@ def stopped_s(stat_files: list[Path]) -> float | None:
         return None
     total = 0.0
     for path in stat_files:
-        text = _read(path)
-        if text is None:
+        stat = cpu_stat(path)
+        if stat is None:
             return None
-        stat = dict(line.split(None, 1) for line in text.splitlines() if len(line.split()) == 2)
-        key, scale = ("throttled_time", 1e9) if "throttled_time" in stat else ("throttled_usec", 1e6)
         try:
-            total += int(stat[key]) / scale
+            total += stat_stopped_s(stat)
         except (KeyError, ValueError):  # not a quota's counter as the kernel writes it: no number
             return None
     return total

@@ -95,11 +95,11 @@ class QuotaGroup:
 
     def throttling(self) -> str:
         """How often and how long the quota stopped the group, from its ``cpu.stat``."""
-        lines = (self.folder / "cpu.stat").read_text().splitlines()
-        stat = dict(line.split()[:2] for line in lines if len(line.split()) >= 2)
+        stat = cores.cpu_stat(self.folder / "cpu.stat")
+        if stat is None:
+            raise OSError(f"cannot read {self.folder / 'cpu.stat'}")
         periods, throttled = int(stat.get("nr_periods", 0)), int(stat.get("nr_throttled", 0))
-        stopped_s = (int(stat["throttled_time"]) / 1e9 if "throttled_time" in stat
-                     else int(stat.get("throttled_usec", 0)) / 1e6)
+        stopped_s = cores.stat_stopped_s({"throttled_usec": "0", **stat})
         share = throttled / periods if periods else 0.0
         return (f"throttled in {throttled} of {periods} periods ({share:.0%}), "
                 f"stopped for {stopped_s:.1f} s in all")
