@@ -21,6 +21,13 @@ or shared-memory segment behind. ``make test`` runs inside this script, which ch
     holds it open; removing it in between makes the sender's ``unlink`` fail, and its queue's feeder
     thread drops the batch with a printed traceback: the loop waits for that batch for ever (seen:
     notebook 12, running beside the test of this script, stalled until its cell timeout);
+    and except those that a process outside the command has open or mapped: with the ``file_system``
+    strategy a batch stays a named segment while the loop holds it, after its worker (its maker) has
+    exited, and the last process to let go of it unlinks it (``RefcountedMapAllocator::close``, ATen's
+    ``MapAllocator.cpp``). Removed under it, that ``unlink`` fails inside a destructor and PyTorch
+    aborts the process (seen: CI, a pytest worker running the ``file_system`` case of
+    ``test_shm_monitor_counts_…`` died with ``Fatal Python error: Aborted`` while the test of this
+    script ran beside it);
 * it stops those processes, removes the folder and exits 1 if it found anything, else with the
   command's own status.
 """
@@ -61,6 +68,32 @@ def made_outside(name: str, tmpdir: str) -> bool:
     another program would hide a real leftover: rare, and the next run finds it again.)"""
     parts = name.split("_")
     return len(parts) >= 2 and parts[1].isdigit() and carries(parts[1], tmpdir) is False
+
+
+def held_outside(names: set[str], tmpdir: str) -> set[str]:
+    """Those of the ``/dev/shm`` files ``names`` that a process not carrying ``TMPDIR=tmpdir`` has
+    open (``/proc/PID/fd``) or mapped (``/proc/PID/maps``). Processes that end meanwhile, or that are
+    not ours to read, are skipped."""
+    held: set[str] = set()
+    if not names:
+        return held
+    for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else []:
+        if not entry.name.isdigit() or carries(entry.name, tmpdir) is not False:
+            continue
+        try:
+            for fd in (entry / "fd").iterdir():
+                try:
+                    target = os.readlink(fd)
+                except OSError:  # closed meanwhile
+                    continue
+                held.add(target.removeprefix("/dev/shm/").removesuffix(" (deleted)"))
+            with open(entry / "maps") as maps:
+                for line in maps:
+                    if "/dev/shm/" in line:
+                        held.add(line.rstrip("\n").split("/dev/shm/", 1)[1].removesuffix(" (deleted)"))
+        except OSError:  # ended meanwhile, or not ours
+            continue
+    return held & names
 
 
 def processes_with(tmpdir: str) -> list[tuple[int, str]]:
@@ -125,7 +158,8 @@ def main(argv: list[str] | None = None) -> int:
         while True:
             files, processes = left_in(tmpdir), processes_with(str(tmpdir))
             new = torch_segments() - segments_before
-            segments = sorted(n for n in new if not made_outside(n, str(tmpdir)))
+            candidates = {n for n in new if not made_outside(n, str(tmpdir))}
+            segments = sorted(candidates - held_outside(candidates, str(tmpdir)))
             if not (files or processes or segments) or time.monotonic() > deadline:
                 break
             time.sleep(0.5)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -116,6 +118,39 @@ def test_leftovers_leaves_alone_a_segment_of_a_program_running_beside_the_comman
         assert beside.exists()
     finally:
         beside.unlink(missing_ok=True)
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir() or not Path("/dev/shm").is_dir(), reason="needs Linux")
+def test_leftovers_leaves_alone_a_segment_a_program_beside_the_command_still_maps(tmp_path):
+    # With the file_system strategy a batch the loop holds stays a named segment after its worker (its
+    # maker) has exited; removing it made PyTorch abort the loop's process when it let the batch go
+    # (CI: a pytest worker died, "Fatal Python error: Aborted"). This test process stands in for that
+    # loop: it maps a segment named after an exited process, made while the command runs.
+    exited = psutil.Popen(["true"])
+    exited.wait()
+    segment = Path(f"/dev/shm/torch_{exited.pid}_{os.getpid()}_9")
+    started, go = tmp_path / "started", tmp_path / "go"
+    run = subprocess.Popen(
+        [sys.executable, str(ROOT / "scripts" / "leftovers.py"), "--grace-s", "1", "--", sys.executable, "-c",
+         f"import os, time\nopen({str(started)!r}, 'w').close()\n"
+         f"while not os.path.exists({str(go)!r}): time.sleep(0.01)\n"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not started.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        with open(segment, "w+b") as held:
+            held.write(b"\0" * mmap.PAGESIZE)
+            held.flush()
+            with mmap.mmap(held.fileno(), mmap.PAGESIZE):
+                go.touch()
+                _out, err = run.communicate(timeout=60)
+                assert run.returncode == 0, err
+                assert segment.exists()
+    finally:
+        go.touch()
+        run.wait(timeout=60)
+        segment.unlink(missing_ok=True)
 
 
 def test_leftovers_names_a_left_probe_file_as_python_s_temporary_folder_probe():
