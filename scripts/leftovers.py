@@ -73,7 +73,8 @@ def made_outside(name: str, tmpdir: str) -> bool:
 def held_outside(names: set[str], tmpdir: str) -> set[str]:
     """Those of the ``/dev/shm`` files ``names`` that a process not carrying ``TMPDIR=tmpdir`` has
     open (``/proc/PID/fd``) or mapped (``/proc/PID/maps``). Processes that end meanwhile, or that are
-    not ours to read, are skipped."""
+    not ours to read, are skipped. (``helpers.failures.held_shm_files`` scans the same way; this
+    script imports nothing of the lab, whose package imports torch.)"""
     held: set[str] = set()
     if not names:
         return held
