@@ -1110,6 +1110,61 @@ def test_takeover_counts_the_planted_stragglers_not_fetches_a_quota_stopped():
     assert claim in failing(in_order.checks(same, 0.01, slow=slow))
 
 
+def _one_worker_alone(tl, waits_s, *, at_start, worker=1):
+    """``tl`` (a model's run) with batches that one worker built alone, the loop waiting ``waits_s`` for
+    each: before the run (the others still starting) or after it (the others up, then stuck)."""
+    from helpers.timing.timeline import BatchRecord
+
+    start = 0.0 if at_start else tl.batches[-1].step_end
+    lone, t = [], start
+    for k, wait in enumerate(waits_s):
+        ready = t + wait
+        lone.append(BatchRecord(epoch=0, index=0, worker=worker, fetch_start=ready - 0.02, fetch_end=ready,
+                                wait_start=t, ready=ready, step_end=ready + 0.01, worker_seq=0,
+                                indices=(1000 + k,), pid=0))
+        t = ready + 0.01
+    shift = t if at_start else 0.0
+    run = [dataclasses.replace(b, fetch_start=b.fetch_start + shift, fetch_end=b.fetch_end + shift,
+                               wait_start=b.wait_start + shift, ready=b.ready + shift,
+                               step_end=b.step_end + shift) for b in tl.batches]
+    ordered = lone + run if at_start else run + lone
+    batches = [dataclasses.replace(b, index=i) for i, b in enumerate(ordered)]
+    epoch = dataclasses.replace(tl.epochs[0], end=max(b.step_end for b in batches))
+    return dataclasses.replace(tl, batches=batches, epochs=[epoch])
+
+
+def test_in_order_tails_are_compared_once_every_worker_is_up():
+    from helpers.lessons import in_order
+
+    # make test from a fresh clone inside 1 CPU (a machine whose loop took 0.72-0.94 s): out of order
+    # the group was stopped 0.3-0.6 s before the first batch, and while three of the four workers were
+    # still starting the loop waited 54-58 ms for batches the fourth built alone. Compared from batch 1,
+    # the longest wait read 0.58x the in-order straggler's and the p99 0.59x (at most 0.5x: red).
+    runs = straggler_runs()
+    runs[False] = _one_worker_alone(runs[False], [0.07] * 5, at_start=True)
+    checks = in_order.checks(runs, 0.01)
+    assert all(c.passed for c in checks), [c for c in checks if not c.passed]
+    assert in_order.tail(runs[False])["intervals"] < len(runs[False].batches) - 5
+    # The same waits once every worker is up are the tail: red
+    later = straggler_runs()
+    later[False] = _one_worker_alone(later[False], [0.07] * 5, at_start=False)
+    failed = failing(in_order.checks(later, 0.01))
+    assert "out of order, the longest wait is under half the in-order one" in failed
+    assert "the p99 step interval is at least 2× shorter out of order" in failed
+
+
+def test_in_order_tails_need_enough_of_the_run_after_start_up():
+    from helpers.lessons import in_order
+
+    # A worker up only at the end of the run (here: its first batch is the last): too little tail
+    runs = straggler_runs()
+    free = runs[False]
+    last = free.batches[-1]
+    runs[False] = dataclasses.replace(free, batches=[*free.batches[:-1], dataclasses.replace(last, worker=7)])
+    tails = [c for c in in_order.checks(runs, 0.01) if c.passed is None]
+    assert len(tails) == 4 and all("start-up took most of the run" in c.premise for c in tails), tails
+
+
 def test_out_of_order_model_gives_a_stuck_workers_tasks_to_the_others():
     from helpers.lessons import in_order
     from helpers.timing import theory
