@@ -3,6 +3,7 @@ tail and to the order, and why a resume by batch count goes wrong out of order."
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from collections import Counter
@@ -57,11 +58,6 @@ def after_startup(tl: Timeline) -> list:
     return out
 
 
-def _intervals(batches: list) -> list[float]:
-    """Loop intervals (step end to step end) between consecutive batches of one epoch."""
-    return [b.step_end - a.step_end for a, b in zip(batches, batches[1:], strict=False) if a.epoch == b.epoch]
-
-
 def longest_wait(tl: Timeline):
     """The batch the loop waited longest for once every worker was up (:func:`after_startup`)."""
     settled = after_startup(tl) or tl.batches[1:]
@@ -71,15 +67,10 @@ def longest_wait(tl: Timeline):
 def tail(tl: Timeline) -> dict[str, float]:
     """Once every worker was up (:func:`after_startup`): the median, p95 and p99 of the loop's
     intervals and its waiting; the wall (the whole run); how many intervals the percentiles read."""
-    settled = after_startup(tl)
-    intervals = sorted(_intervals(settled))
-    if len(intervals) >= 2:
-        cuts = statistics.quantiles(intervals, n=100, method="inclusive")
-        p = {k: cuts[k - 1] for k in (50, 95, 99)}
-    else:
-        p = {k: intervals[0] if intervals else math.nan for k in (50, 95, 99)}
-    return {"p50": p[50], "p95": p[95], "p99": p[99], "waiting": sum(b.wait_s for b in settled),
-            "wall": tl.wall_s, "intervals": len(intervals)}
+    settled = dataclasses.replace(tl, batches=after_startup(tl))
+    p = settled.interval_percentiles((50, 95, 99))
+    return {"p50": p[50], "p95": p[95], "p99": p[99], "waiting": sum(b.wait_s for b in settled.batches),
+            "wall": tl.wall_s, "intervals": len(settled.steady_intervals())}
 
 
 def p99_ratio(runs: dict[bool, Timeline]) -> float:
