@@ -61,7 +61,7 @@ untimed: $(STAMP)
 # checks them) are not run again here; `make notebooks` runs them all.
 # The timing tests are collected from all of tests/: collecting only their own files (~3 s less) made a
 # diagnosis test red in 2 of 3 fresh clones. Its workers, forked from a pytest process that had imported
-# fewer modules, ran a full garbage collection (~90 ms) inside a 6 ms fetch (README).
+# fewer modules, ran a full garbage collection (~90 ms) inside a 6 ms fetch (RUNS.md).
 timed: $(STAMP)
 	$(BIN)/python -m pytest -m "timing" -q
 	$(NBMAKE) $(filter-out $(BROWSER_NOTEBOOKS),$(TIMED_NOTEBOOKS))
