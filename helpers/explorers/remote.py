@@ -52,6 +52,7 @@ class RemoteExplorer(Explorer):
 
         from ..data.remote.dataset import S3Dataset
         from ..data.remote.requests import measure_requests, samples_per_s
+        from ..data.workers import freeze_gc
         from ..plots.remote import plot_requests
 
         restarted = not self.store.alive  # the notebook's last cell stops it: a run after Run All
@@ -69,7 +70,8 @@ class RemoteExplorer(Explorer):
                                 threads=self.threads.value,
                                 cache_dir=folder if self.cache.value else None)
             loader = DataLoader(dataset, batch_size=self.batch_size, shuffle=True,
-                                num_workers=self.num_workers.value, persistent_workers=False)
+                                num_workers=self.num_workers.value, persistent_workers=False,
+                                worker_init_fn=freeze_gc)  # as the notebook's loaders (its section 2)
             timeline, requests = measure_requests(loader, ModelledStep(self.step_s), epochs=epochs,
                                                   progress=False)
         self.runs += 1
