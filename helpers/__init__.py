@@ -77,6 +77,7 @@ from .data.distributed.run import DistRun, RankRecord
 from .data.failures import (
     ShmMonitor,
     child_processes,
+    orphaned_segments,
     run_demo,
     shm_held_bytes,
     shm_sandbox_available,
@@ -264,8 +265,8 @@ __all__ = [
     "STORAGES", "MemoryRun", "PathDataset", "WorkerMemory", "encoded_bytes", "epoch_workers", "extra_private",
     "extra_uss",
     "make_paths", "measure_memory", "memory_table", "sent_bytes", "summarise",
-    "ShmMonitor", "child_processes", "run_demo", "shm_held_bytes", "shm_sandbox_available", "shm_used_bytes",
-    "torch_segments",
+    "ShmMonitor", "child_processes", "orphaned_segments", "run_demo", "shm_held_bytes",
+    "shm_sandbox_available", "shm_used_bytes", "torch_segments",
 
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import mmap
 import os
-import re
 import time
 
 import psutil
@@ -128,22 +127,8 @@ def test_fd_demo_fails_for_real_and_clones_fix_it():
     # batch whose worker has exited (four runners on two cores once found one, gone a moment later): a
     # segment counts as left behind only when its creator has exited and no process has it open or
     # mapped.
-    orphaned = _orphaned_segments()
+    orphaned = helpers.orphaned_segments()  # (helpers.data.failures)
     assert not orphaned, orphaned
-
-
-def _orphaned_segments(grace_s=1.0, segments=helpers.torch_segments):
-    def orphans():
-        creators = {name: re.search(r"torch_(\d+)_", name) for name in segments()}
-        dead = {name for name, m in creators.items() if not m or not psutil.pid_exists(int(m[1]))}
-        if not dead:
-            return dead
-        held = helpers.failures.held_shm_files(psutil.pids())  # by every process, not only ours
-        return dead - {path.removeprefix("/dev/shm/").removesuffix(" (deleted)") for path, _, _ in held}
-    first = orphans()
-    if first:
-        time.sleep(grace_s)  # the receiver of a batch may still be unlinking it
-    return sorted(first & orphans())
 
 
 @pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="Linux")
@@ -157,8 +142,9 @@ def test_a_segment_of_an_exited_creator_is_left_behind_unless_a_process_still_ma
         segment.write(b"\0" * mmap.PAGESIZE)
     try:
         with open(path, "r+b") as segment, mmap.mmap(segment.fileno(), mmap.PAGESIZE):
-            assert _orphaned_segments(grace_s=0.01, segments=lambda: [name]) == []  # open and mapped here
-        assert _orphaned_segments(grace_s=0.01, segments=lambda: [name]) == [name]
+            assert helpers.orphaned_segments(grace_s=0.01, segments=lambda: [name]) == []  # open, mapped
+        assert helpers.orphaned_segments(grace_s=0.01, segments=lambda: [name]) == [name]
+        assert helpers.orphaned_segments([name], grace_s=0.01, segments=lambda: [name]) == []  # before
     finally:
         os.unlink(path)
 

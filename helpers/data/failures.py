@@ -31,7 +31,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -76,6 +76,33 @@ def torch_segments() -> list[str]:
     if not SHM.is_dir():
         return []
     return sorted(p.name for p in SHM.iterdir() if p.name.startswith("torch_"))
+
+
+def orphaned_segments(before: Iterable[str] = (), grace_s: float = 1.0,
+                      segments: Callable[[], Iterable[str]] = torch_segments) -> list[str]:
+    """The ``torch_*`` segments in ``/dev/shm`` left behind, leaving out those in ``before``: their
+    creator has exited (ATen names a segment ``torch_<pid of its creator>_…``) and no process has
+    them open or mapped. Any other is in use: a live worker's batch, a batch another process still
+    holds, another program's (a notebook running beside this one). A segment that looks left behind is
+    looked at again after ``grace_s``, since the process that received a batch may still be unlinking it."""
+    import re
+
+    import psutil
+
+    skip = set(before)
+
+    def orphans() -> set[str]:
+        creators = {name: re.search(r"torch_(\d+)_", name) for name in segments() if name not in skip}
+        dead = {name for name, m in creators.items() if not m or not psutil.pid_exists(int(m[1]))}
+        if not dead:
+            return dead
+        held = held_shm_files(psutil.pids())  # by every process, not only ours
+        return dead - {path.removeprefix("/dev/shm/").removesuffix(" (deleted)") for path, _, _ in held}
+
+    first = orphans()
+    if first:
+        time.sleep(grace_s)
+    return sorted(first & orphans())
 
 
 #: POSIX named semaphores live in /dev/shm as ``sem.<name>`` (glibc's ``sem_open``).
