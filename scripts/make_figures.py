@@ -272,7 +272,7 @@ def remote(where: str) -> None:
         keys = store.make_bucket("lab", count=512, size=16 * 1024)
         loader = DataLoader(helpers.S3Dataset(remote_end, "lab", keys, threads=8), batch_size=32,
                             shuffle=True,
-                            num_workers=2)
+                            num_workers=2, worker_init_fn=helpers.freeze_gc)  # as notebook 13's loaders
         timeline, requests = helpers.measure_requests(loader, helpers.ModelledStep(0.005))
         title = (f"512 objects of 16 KiB, 2 workers × 8 threads in __getitems__, 40 ms round trip: "
                  f"{requests.samples_per_s():.0f} samples/s — {where}")
