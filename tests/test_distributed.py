@@ -76,14 +76,33 @@ def test_a_killed_rank_fails_the_launch_and_torchrun_lists_it(num_workers):
     failures = run.failures()
     assert failures[1].startswith("-9") and set(failures) <= {0, 1}, run.output[-1500:]
     assert run.root_cause()["rank"][0] in "01"
-    # With no worker the peer's all_reduce fails at once (the launch polls once a second, so its error
-    # prints before the agent's SIGTERM). A forked worker holds the dead rank's sockets until it exits:
-    # whether the peer hears of it before the agent stops it is a race, either way.
+    # With no worker the peer's all_reduce fails at once, and its step says so then (the launch polls once a
+    # second: its SIGTERM comes after that line unless the poll falls within milliseconds of the death; before
+    # the step printed its own line, the traceback once came after it). A forked worker holds the dead rank's
+    # sockets until it exits: whether the peer hears of it before the agent stops it is a race, either way.
     if not num_workers:
         assert run.peers_that_saw_it() == {0}, run.output[-3000:]
     else:
         assert run.peers_that_saw_it() <= {0}
     assert run.left_behind == [] and helpers.child_processes() == set()
+
+
+@pytest.mark.untimed
+def test_a_peer_that_saw_the_death_is_read_from_its_own_line_or_its_traceback():
+    """The step's own line, printed the moment all_reduce fails, counts as the traceback's last line
+    does; other errors, and lines of the agent, do not."""
+    from helpers.data.distributed import DistRun
+
+    gloo = ("[pair.cc:545] Read error [127.0.0.1]:52435: Connection reset by peer. This is typically "
+            "caused by a remote worker hanging")
+    said = DistRun(2, output=f"[rank0]: all_reduce failed after 0.051 s: {gloo}\n[rank0]: Traceback ...\n")
+    traced = DistRun(2, output=f"[rank1]: Traceback (most recent call last):\n"
+                                f"[rank1]: RuntimeError: {gloo}\n")
+    other = DistRun(2, output="[rank0]: all_reduce failed after 0.010 s: Timed out waiting 1800000ms\n"
+                              f"W1128 api.py:1028] Sending process 1 closing signal SIGTERM {gloo}\n")
+    assert said.peers_that_saw_it() == {0}
+    assert traced.peers_that_saw_it() == {1}
+    assert other.peers_that_saw_it() == set()
 
 
 @pytest.mark.untimed

@@ -74,8 +74,9 @@ def launch(
             "--local-addr=127.0.0.1",  # what the ranks are told to connect to (else the host's name)
             f"--nproc_per_node={nproc}",
             "--max-restarts=0",
-            # With a rank to kill, the agent polls its ranks once a second: a peer's own read error then
-            # prints before the agent's SIGTERM, on a slow CPU too (one CI run: 0.07 s apart). Otherwise
+            # With a rank to kill, the agent polls its ranks once a second: a peer's own read error, which
+            # its step prints at once (ranks.SyncStep), then comes before the agent's SIGTERM unless the
+            # poll falls in those milliseconds (one CI run at 0.1 s: 0.07 s apart, SIGTERM first). Otherwise
             # torchrun's default, 0.1 s: the agent notices the ranks have finished ~0.5 s sooner.
             f"--monitor-interval={1 if kill_rank is not None else 0.1}",
             "-m",

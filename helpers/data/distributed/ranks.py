@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 from typing import Any
 
@@ -68,7 +69,16 @@ class SyncStep:
         self.ids.extend(int(i) for i in batch)
         time.sleep(self.step_s)
         start = time.perf_counter()
-        dist.all_reduce(self.tensor)
+        try:
+            dist.all_reduce(self.tensor)
+        except RuntimeError as error:
+            # Said the moment it fails, prefixed as torch's excepthook prefixes a rank's traceback: torchrun's
+            # agent stops this rank with SIGTERM at its first poll after the peer died, and the traceback
+            # printed on the way out once came too late (a timing test, on a slow spell of a 2-core machine).
+            waited = time.perf_counter() - start
+            print(f"[rank{dist.get_rank()}]: all_reduce failed after {waited:.3f} s: {error}",
+                  file=sys.stderr, flush=True)
+            raise
         end = time.perf_counter()
         self.waits.append(end - start)
         self.spans.append((start, end))

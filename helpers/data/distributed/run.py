@@ -68,12 +68,14 @@ class DistRun:
 
     def peers_that_saw_it(self) -> set[int]:
         """Ranks whose ``all_reduce`` failed because a peer's connection went away (gloo's read
-        error, "Connection reset by peer" or "closed by peer", in their traceback)."""
+        error, "Connection reset by peer" or "closed by peer": the line the step prints the moment
+        it fails, or the last line of the rank's traceback)."""
         import re
 
         return {
             int(m.group(1))
-            for m in re.finditer(r"^\[rank(\d+)\]: RuntimeError: .*Connection (?:reset|closed) by peer",
+            for m in re.finditer(r"^\[rank(\d+)\]: (?:RuntimeError|all_reduce failed after [\d.]+ s): "
+                                 r".*Connection (?:reset|closed) by peer",
                                  self.output, flags=re.MULTILINE)
         }
 
