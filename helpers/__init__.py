@@ -191,6 +191,7 @@ _LAZY = {
     "plot_step_times": "plots",
     "JpegDataset": "data.images",
     "cost_per_image": "data.images",
+    "cpu_per_image": "data.images",
     "deprecation_notice": "data.images",
     "decode_rate": "data.images",
     "gpu_decode_rate": "data.images",

@@ -5,6 +5,7 @@ configurations are exact and the tests fast; the notebooks run the same checks o
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 
@@ -1747,6 +1748,28 @@ def test_images_checks_fail_when_decoding_does_not_scale_or_scales_past_the_core
     assert any("beyond the cores" in c for c in failed)
 
 
+def test_images_beyond_the_cores_is_judged_at_one_cpu_speed():
+    # What a red run here measured (2 workers 826 images/s, 3 workers 1007: 1.22x), with CPU per image that
+    # moved with the machine's speed: at one speed the third worker added nothing. The same rates at the
+    # same CPU per image are a third worker that really added decoding: red.
+    from helpers.lessons import images
+
+    rates = {0: 540.0, 1: 490.0, 2: 826.0, 3: 1007.0}
+
+    def beyond(cpu):
+        (check,) = [c for c in images.checks(**images_case(rates=rates, cpu_per_image=cpu))
+                    if "beyond the cores" in c.claim]
+        return check
+
+    slower_then = beyond({2: 2.30e-3, 3: 1.90e-3})
+    assert slower_then.passed is True and "at one CPU speed" in slower_then.claim, slower_then.measured
+    assert "1.22× as measured" in slower_then.measured and "2.30 → 1.90 ms" in slower_then.measured
+    same_speed = beyond({2: 2.0e-3, 3: 2.0e-3})
+    assert same_speed.passed is False and same_speed.measured.startswith("1.22×"), same_speed.measured
+    unmeasured = beyond({2: float("nan"), 3: 2.0e-3})   # no CPU per image: the images/s alone, as before
+    assert unmeasured.passed is False and "at one CPU speed" not in unmeasured.claim
+
+
 def test_images_checks_fail_when_threads_behave_the_other_way():
     from helpers.lessons import images
 
@@ -1811,6 +1834,19 @@ def test_decode_rate_leaves_start_up_and_the_tail_out():
     skewed = [batch(w, t, took) for w in (0, 1)
               for t, took in ((3.0, 0.1), (3.1, 0.3), (3.4, 0.1), (3.5, 0.1))]
     assert decode_rate(SimpleNamespace(batches=skewed)) == pytest.approx(256 / 0.6)
+
+
+def test_cpu_per_image_counts_every_fetch_that_measured_its_cpu():
+    from types import SimpleNamespace
+
+    from helpers.data.images import cpu_per_image
+
+    def batch(images, cpu):
+        return SimpleNamespace(indices=list(range(images)), fetch_cpu_s=cpu)
+
+    tl = SimpleNamespace(batches=[batch(32, 0.064), batch(16, 0.040), batch(32, None)])
+    assert cpu_per_image(tl) == pytest.approx(0.104 / 48)
+    assert math.isnan(cpu_per_image(SimpleNamespace(batches=[batch(32, None)])))
 
 
 # -- 15 resume ----------------------------------------------------------------------------------
