@@ -1749,9 +1749,10 @@ def test_images_checks_fail_when_decoding_does_not_scale_or_scales_past_the_core
 
 
 def test_images_beyond_the_cores_is_judged_at_one_cpu_speed():
-    # What a red run here measured (2 workers 826 images/s, 3 workers 1007: 1.22x), with CPU per image that
-    # moved with the machine's speed: at one speed the third worker added nothing. The same rates at the
-    # same CPU per image are a third worker that really added decoding: red.
+    # The rates a red run here measured (2 workers 826 images/s, 3 workers 1007: 1.22x; it measured no CPU
+    # per image), with CPU per image made up within what ten sweeps read (1.93-2.52 ms) and moving with the
+    # machine's speed: at one speed the third worker added nothing. The same rates at the same CPU per
+    # image are a third worker that really added decoding: red.
     from helpers.lessons import images
 
     rates = {0: 540.0, 1: 490.0, 2: 826.0, 3: 1007.0}

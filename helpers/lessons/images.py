@@ -40,8 +40,9 @@ def checks(
     ``threads``: per image size ("large", "tiny") decoding rates of "1 worker", "2 threads" (one
     worker, a pool in ``__getitems__``) and "2 workers"; ``shard``: seconds to read the same
     images from the store as one GET per file and as one GET of the shard (None: not run);
-    ``cpu_per_image``: per worker count, the workers' CPU seconds per image
-    (:func:`helpers.cpu_per_image`).
+    ``cpu_per_image``: per worker count, the fetching processes' CPU seconds per image
+    (:func:`helpers.cpu_per_image`); "beyond the cores" then compares images/s × CPU per image
+    (at one CPU speed), and without it the images/s alone.
 
     Decoding rates leave worker start-up out (spawned workers import torch and come up seconds
     apart on a slow machine), so no check needs a start-up premise."""
@@ -76,7 +77,7 @@ def checks(
             out.append(
                 premise_failed(
                     claim,
-                    f"{ratio:.2f}×",
+                    f"{ratio:.2f}× ({what})",
                     f"only {cores_free:.2f} of {cores} cores were "
                     "free: more processes then win a larger share of them",
                 )

@@ -64,10 +64,12 @@ class SyncStep:
         import torch.distributed as dist
 
         self.steps += 1
-        if self.kill_at is not None and self.steps == self.kill_at:
-            os.kill(os.getpid(), signal.SIGKILL)  # a rank dies for real: no clean-up
         self.ids.extend(int(i) for i in batch)
         time.sleep(self.step_s)
+        if self.kill_at is not None and self.steps == self.kill_at:
+            # A rank dies for real (no clean-up), after its step's compute and just before the sync: its
+            # peers are then in (or about to enter) that all_reduce, and hear of it within milliseconds.
+            os.kill(os.getpid(), signal.SIGKILL)
         start = time.perf_counter()
         try:
             dist.all_reduce(self.tensor)
@@ -75,6 +77,7 @@ class SyncStep:
             # Said the moment it fails, prefixed as torch's excepthook prefixes a rank's traceback: torchrun's
             # agent stops this rank with SIGTERM at its first poll after the peer died, and the traceback
             # printed on the way out once came too late (a timing test, on a slow spell of a 2-core machine).
+            # What is left of the race: the peers' skew into this all_reduce, gloo's detection, this print.
             waited = time.perf_counter() - start
             print(f"[rank{dist.get_rank()}]: all_reduce failed after {waited:.3f} s: {error}",
                   file=sys.stderr, flush=True)
