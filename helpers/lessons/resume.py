@@ -4,6 +4,8 @@ skip-by-count is exact only in order; a state snapshot every step costs time per
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..classroom.checks import Check, clearly_above, holds, premise_failed
 
 
@@ -43,13 +45,13 @@ def checks(
         )
     )
     skip = shuffled["skip, in_order=False"]
-    claim = ("out of order, skipping by count trains a batch that overtook the checkpoint twice "
-             "and drops the one it overtook")
+    claim = ("out of order, skipping by count trains the batches that overtook the checkpoint twice "
+             "and drops the ones they overtook")
     if skip.exact:
         out.append(premise_failed(claim, skip.describe(), "no batch overtook another at the checkpoint this "
                                   "time (the cold batch loaded in time)"))
     else:
-        out.append(holds(claim, skip.repeated == len(skip.missing) == batch_size, skip.describe()))
+        out.append(holds(claim, *_overtaken(skip, batch_size)))
     few, many = min(per_step), max(per_step)
     out.append(
         clearly_above(
@@ -61,3 +63,21 @@ def checks(
         )
     )
     return out
+
+
+def _overtaken(skip: Any, batch_size: int) -> tuple[bool, str]:
+    """Whether a sequential epoch's skip-by-count went wrong as overtaking makes it: every sample
+    trained twice is in a whole batch at or after the checkpoint (it overtook one before it and was
+    counted), every sample never trained in a whole batch before it (overtaken, then skipped). The
+    cold batch planted before the checkpoint makes one such pair; a slow moment of the machine can
+    make more (one run here: 16 samples each way, in batches of 8)."""
+    checkpoint = skip.checkpoint_step
+    twice = sorted({i // batch_size for i, c in skip.counts.items() if c > 1})
+    never = sorted({i // batch_size for i in skip.missing})
+    whole = (all(skip.counts[i] == 2 for b in twice for i in range(b * batch_size, (b + 1) * batch_size))
+             and len(skip.missing) == len(never) * batch_size)
+    ok = (whole and len(twice) == len(never) >= 1 and all(b >= checkpoint for b in twice)
+          and all(b < checkpoint for b in never))
+    listed = [", ".join(map(str, batches)) or "none" for batches in (twice, never)]
+    return ok, (f"{skip.describe()}; trained twice: batch {listed[0]}, never: batch {listed[1]} "
+                f"(the checkpoint counted {checkpoint} batches)")
