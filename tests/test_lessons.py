@@ -1851,18 +1851,22 @@ def test_cpu_per_image_counts_every_fetch_that_measured_its_cpu():
 
 
 # -- 15 resume ----------------------------------------------------------------------------------
-def resume_case(**changes):
-    """Results like notebook 15's (256 samples, batches of 8, checkpoint at step 10)."""
+def _resume_result(kind, repeats=(), missing=()):
+    """A resume of 256 samples from the checkpoint at step 10: every sample once, but ``repeats``
+    twice and ``missing`` never."""
     import collections
 
     from helpers.data.resume import ResumeResult
 
-    def result(kind, repeats=(), missing=()):
-        counts = collections.Counter({i: 1 for i in range(256) if i not in missing})
-        for i in repeats:
-            counts[i] += 1
-        return ResumeResult(kind, 256, 10, 13, -9, counts, [])
+    counts = collections.Counter({i: 1 for i in range(256) if i not in missing})
+    for i in repeats:
+        counts[i] += 1
+    return ResumeResult(kind, 256, 10, 13, -9, counts, [])
 
+
+def resume_case(**changes):
+    """Results like notebook 15's (256 samples, batches of 8, checkpoint at step 10)."""
+    result = _resume_result
     case = dict(results={"stateful": result("stateful"), "restart": result("restart", repeats=range(80)),
                          "skip": result("skip")},
                 shuffled={"skip, in_order=False": result("skip", repeats=range(80, 88),
@@ -1906,16 +1910,10 @@ def test_resume_checks_fail_when_resuming_is_not_what_the_lesson_says():
 
 
 def _out_of_order_claim(repeats, missing):
-    import collections
-
-    from helpers.data.resume import ResumeResult
     from helpers.lessons import resume
 
-    counts = collections.Counter({i: 1 for i in range(256) if i not in missing})
-    for i in repeats:
-        counts[i] += 1
     case = resume_case()
-    case["shuffled"] = {"skip, in_order=False": ResumeResult("skip", 256, 10, 13, -9, counts, [])}
+    case["shuffled"] = {"skip, in_order=False": _resume_result("skip", repeats, missing)}
     (claim,) = [c for c in resume.checks(**case) if "out of order" in c.claim]
     return claim
 
