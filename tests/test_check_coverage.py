@@ -10,8 +10,10 @@ cannot fail: it is never covered (build the ✓ and the ✗ from one expression,
 
 The test files that use a lesson's checks run in a pytest subprocess with ``tests/check_recorder.py``,
 which notes, for every check a *passing* test built, the call site in ``helpers/lessons/`` that built
-it and its verdict. A site is covered when at least one of its checks came out ✗; a site in a loop
-(one claim per start method, say) is covered by any of its claims. The subprocess makes the result
+it, its verdict, and whether the test read that verdict. A site is covered when at least one of its
+checks came out ✗ and a passing test read it (a ✗ built on the way and never looked at shows
+nothing); a site in a loop (one claim per stage, say) is covered by any of its claims, as they share
+the expression that decides the verdict. The subprocess makes the result
 independent of the order the tests run in, and of pytest-xdist (the plugin is loaded by every
 process, each writes its own record file). It takes about 9 s on 2 cores, most of it importing torch
 (the lesson tests themselves: about 1 s).
@@ -162,9 +164,9 @@ def lesson_test_files() -> list[Path]:
             and any(_uses_lesson_checks(node) for node in ast.walk(ast.parse(path.read_text())))]
 
 
-def run_lesson_tests(folder: Path) -> tuple[list[dict], str]:
-    """Runs the lesson tests with the recorder: its records (one per check a passing test built), and
-    pytest's summary line ("81 passed in 0.9s")."""
+def run_lesson_tests(folder: Path, files: list[Path] | None = None) -> tuple[list[dict], str]:
+    """Runs the lesson tests (or ``files``) with the recorder: its records (one per check a passing
+    test built), and pytest's summary line ("81 passed in 0.9s")."""
     env = {key: value for key, value in os.environ.items() if key != "PYTEST_ADDOPTS"}  # e.g. a -k of ours
     env.update(DLLAB_CHECK_RECORD_DIR=str(folder),
                # PYTEST_PLUGINS: loaded by every process of the run, pytest-xdist's workers too
@@ -172,7 +174,7 @@ def run_lesson_tests(folder: Path) -> tuple[list[dict], str]:
                PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), str(ROOT), os.environ.get("PYTHONPATH", "")]))
     # No nbmake: no notebook runs here, and its plugin imports nbformat and jsonschema's checks (~0.9 s).
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:nbmake",
-               *map(str, lesson_test_files())]
+               *map(str, lesson_test_files() if files is None else files)]
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     # 0: all passed; 1: some failed (their records are left out, so their sites show as uncovered)
     assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr[-3000:]
@@ -206,13 +208,14 @@ def test_every_lesson_check_has_a_failing_case(tmp_path):
     assert len(sites) > 100, "the site finder found too few checks"
     records, outcome = run_lesson_tests(tmp_path)
     assert records, f"the recorder saw no check: did the lesson tests run? ({outcome})"
-    failed = [r for r in records if r["passed"] is False]
+    failed = [r for r in records if r["passed"] is False and r["read"]]
     unplaced = [r for r in failed if site_of(r, sites) is None]
     if unplaced:
         pytest.fail("checks built where the site finder does not look (a constructor it does not know?):\n"
                     + "\n".join(f"- {r['file']}:{r['span'][0]}: {r['claim']}" for r in unplaced),
                     pytrace=False)
     covered = {site_of(r, sites) for r in failed}
+    unread = {site_of(r, sites) for r in records if r["passed"] is False and not r["read"]}
     claims: dict[Site, set[str]] = {}
     for r in records:  # the claims each site was seen to make, to name them in the message
         site = site_of(r, sites)
@@ -223,8 +226,72 @@ def test_every_lesson_check_has_a_failing_case(tmp_path):
         pytest.fail(
             f"{len(uncovered)} of {len(sites)} lesson checks never fail in a passing unit test "
             f"(add a configuration where the lesson is false; the lesson tests: {outcome}):\n"
-            + "\n".join(f"- {s}" + "".join(f"\n    claim: {c}" for c in sorted(claims.get(s, ())))
+            + "\n".join(f"- {s}" + (" — a test built its ✗ but never read the verdict" if s in unread else "")
+                        + "".join(f"\n    claim: {c}" for c in sorted(claims.get(s, ())))
                         for s in uncovered), pytrace=False)
     stale = [key for key in EXEMPT if not any((Path(s.file).name, s.claim) == key for s in sites)
              or any((Path(s.file).name, s.claim) == key for s in covered)]
     assert not stale, f"exempt, yet covered now or gone (remove from EXEMPT): {stale}"
+
+
+_READS = r"""
+import os
+
+import helpers.lessons
+from helpers.classroom.checks import LessonChecks, holds
+
+# A check built from a frame the recorder takes for a lesson module's (the file need not exist).
+SITE = os.path.join(os.path.dirname(helpers.lessons.__file__), "recorder_example.py")
+
+
+def build(source):
+    namespace = {"holds": holds}
+    exec(compile(source, SITE, "exec"), namespace)
+    return namespace["made"]
+
+
+def test_read_directly():
+    assert build("made = holds('read directly', False, '')").passed is False
+
+
+def test_read_through_lesson_checks():
+    assert LessonChecks([build("made = holds('read through LessonChecks', False, '')")]).failed()
+
+
+def test_built_and_never_read():
+    build("made = holds('never read', False, '')")
+
+
+def test_read_only_by_the_lesson():
+    build("made = holds('read by the lesson', False, ''); made.passed")
+
+
+# A comparison built as a check, its verdict folded into the check the learner sees (bugs.py does this)
+FOLDED = ("step = holds('{0}: the comparison', False, '')\n"
+          "made = holds('{0}: the claim shown', step.passed, '')")
+
+
+def test_folded_and_the_shown_check_read():
+    assert build(FOLDED.format("folded, read")).passed is False
+
+
+def test_folded_and_the_shown_check_never_read():
+    build(FOLDED.format("folded, unread"))
+"""
+
+
+def test_a_failing_check_counts_only_where_the_test_reads_its_verdict(tmp_path):
+    # The recorder against tests that each build a ✗ from a lesson's frame: only those whose test reads
+    # the verdict (directly, or through LessonChecks) are marked read, and a comparison the lesson
+    # folded into the check it shows only when the test reads that check.
+    example = tmp_path / "test_reads.py"
+    example.write_text(_READS)
+    folder = tmp_path / "records"
+    folder.mkdir()
+    records, outcome = run_lesson_tests(folder, [example])
+    read = {r["claim"]: r["read"] for r in records}
+    assert read == {"read directly": True, "read through LessonChecks": True, "never read": False,
+                    "read by the lesson": False,
+                    "folded, read: the comparison": True, "folded, read: the claim shown": True,
+                    "folded, unread: the comparison": False, "folded, unread: the claim shown": False}, \
+        (read, outcome)
