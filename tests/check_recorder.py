@@ -110,7 +110,7 @@ def pytest_configure(config):
                     _mark_read(entry[1])
                 elif reader is not None:
                     fed = _consumed.setdefault(id(reader), (reader, []))[1]
-                    if entry[1] not in fed:
+                    if not any(record is entry[1] for record in fed):  # by identity: records may be equal
                         fed.append(entry[1])
         return get(self, name)
 
