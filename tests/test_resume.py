@@ -44,6 +44,16 @@ def test_a_restarted_dataloader_repeats_the_checkpointed_batches():
     assert result.repeated == 8 * 4 and not result.missing and not result.exact
 
 
+def test_a_restarted_dataloader_without_a_seed_repeats_as_many_samples_and_skips_none():
+    # 15's text: without a seed the restarted epoch draws another order, in which every sample comes
+    # once: the checkpointed batches' samples (a random c × b of them) come twice, none is missing.
+    result = helpers.kill_and_resume("restart", n=96, batch_size=4, num_workers=2, kill_after=9, every=4,
+                                     step_s=0.005, seed=None)
+    first, second = result.order[:8 * 4], result.order[8 * 4:]
+    assert result.repeated == 8 * 4 and not result.missing, result.describe()
+    assert second[:8 * 4] != first, "the restarted run drew the first run's order: it has a seed after all"
+
+
 def test_accounting_counts_repeats_and_missing_ids():
     result = ResumeResult("x", 5, 1, 2, -9, collections.Counter([0, 1, 1, 2, 2, 2]), [])
     assert result.missing == [3, 4] and result.repeated == 3 and not result.exact

@@ -126,7 +126,8 @@ def set_vital_warning() -> str | None:
 def make_loader(config: dict[str, Any]):
     """The run's loader: a ``StatefulDataLoader`` for ``"stateful"``, else a ``DataLoader``;
     shuffled with a seeded generator, so a restarted run draws the same order (or in order,
-    ``shuffle=False``). ``cold_batch``: that batch's samples are slow in the first run only."""
+    ``shuffle=False``); with ``seed`` None, with no generator (the DataLoader's default: each
+    process draws its own order). ``cold_batch``: that batch's samples are slow in the first run only."""
     cold = None
     if config.get("cold_batch") is not None and config.get("run", 1) == 1:
         first = config["cold_batch"] * config["batch_size"]
@@ -138,7 +139,7 @@ def make_loader(config: dict[str, Any]):
         batch_size=config["batch_size"],
         shuffle=config.get("shuffle", True),
         num_workers=config["num_workers"],
-        generator=torch.Generator().manual_seed(config["seed"]),
+        generator=None if config["seed"] is None else torch.Generator().manual_seed(config["seed"]),
     )
     if config["num_workers"] > 0:
         settings["in_order"] = config.get("in_order", True)
@@ -270,7 +271,7 @@ def kill_and_resume(
     kill_after: int,
     every: int,
     in_order: bool = True,
-    seed: int = 0,
+    seed: int | None = 0,
     step_s: float = 0.0,
     load_s: float = 0.0,
     slow_every: int = 0,
@@ -281,7 +282,8 @@ def kill_and_resume(
 ) -> ResumeResult:
     """Train ``kind`` in a child that kills itself with SIGKILL right after step ``kill_after``,
     resume in a new child from its last checkpoint (every ``every`` steps) to the epoch's end,
-    and count what the epoch trained on (see the module docstring). ``cold_batch`` (with
+    and count what the epoch trained on (see the module docstring). ``seed=None`` shuffles
+    without a generator, as a loader made without one does. ``cold_batch`` (with
     ``shuffle=False``): that batch's samples take ``cold_s`` more each in the first run only —
     their files are cold then and in the page cache when the job resumes."""
     if cold_batch is not None and shuffle:

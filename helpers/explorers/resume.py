@@ -11,7 +11,7 @@ from .base import Explorer
 
 class ResumeExplorer(Explorer):
     """Knobs for notebook 15: how to resume (StatefulDataLoader, restart, skip-by-count),
-    ``in_order``, workers, when the training process is killed and how often it
+    ``in_order``, a seeded generator or none, workers, when the training process is killed and how often it
     checkpoints; Run kills and resumes one epoch in child processes and draws, per sample,
     how often it was trained on.
 
@@ -27,6 +27,8 @@ class ResumeExplorer(Explorer):
                                description="resume by", style=style, layout=layout)
         self.in_order = W.Checkbox(value=True, description="in_order", indent=False,
                                    layout=W.Layout(width="auto"))
+        self.seeded = W.Checkbox(value=True, description="seeded generator", indent=False,
+                                 layout=W.Layout(width="auto"))
         self.num_workers = W.IntSlider(value=2, min=0, max=4, description="num_workers", style=style,
                                        layout=layout, continuous_update=False)
         self.kill_after = W.IntSlider(value=min(13, steps - 1), min=2, max=steps - 1,
@@ -36,7 +38,7 @@ class ResumeExplorer(Explorer):
                                  layout=layout, continuous_update=False)
         self.last_result = None
         self._assemble([self.kind, self.num_workers, self.kill_after, self.every],
-                       [self.in_order], width="300px")
+                       [self.in_order, self.seeded], width="300px")
 
     def _run(self):
         from ..data.resume import kill_and_resume
@@ -51,10 +53,11 @@ class ResumeExplorer(Explorer):
                                  num_workers=self.num_workers.value, kill_after=self.kill_after.value,
                                  every=every, in_order=in_order, step_s=self.step_s,
                                  load_s=0.0 if in_order else 0.002, shuffle=cold is None,
-                                 cold_batch=cold)
+                                 cold_batch=cold, seed=0 if self.seeded.value else None)
         self.runs += 1
         self.last_result = result
-        name = f"{self.kind.value}, in_order={in_order}, {self.num_workers.value} workers"
+        name = (f"{self.kind.value}, in_order={in_order}, {self.num_workers.value} workers"
+                + ("" if self.seeded.value else ", no seed"))
         figure = plot_resume({name: result})
         self.summary.value = f"<p><b>Run {self.runs}:</b> {html.escape(result.describe())}</p>"
         return result, figure
