@@ -1,7 +1,8 @@
 """Notebook 18 · bugs that don't crash: a generator copied into every worker, an iterable dataset
 that forgets to shard (and each worker's short last batch), and the ragged last batch that
 recompiles a ``torch.compile``'d step. Each claim is checked from sample ids and values (and
-torch's own count of recompiles); the one timing claim compares a step with the same run's median.
+torch's own count of recompiles); the timing claims compare the ragged batch's step with the same
+run's median step and with each fix's step at the same place.
 
 Every ``*_checks`` function takes all the runs of its section, in any order, and finds each run by
 its settings (the dataset, ``persistent_workers``, ``worker_init_fn``, ``drop_last``, …): a run the
@@ -129,8 +130,8 @@ def compile_checks(runs: Iterable[CompiledRun], noise_s: float) -> list[Check]:
     runs = list(runs)
     out: list[Check] = []
     plain = _find(runs, lambda r: not (r.drop_last or r.padded or r.dynamic))
-    claims = ("the ragged last batch makes torch.compile recompile the step — once, not every epoch (the "
-              "second shape gets code for any batch size, which later epochs reuse)",
+    claims = ("the ragged last batch makes torch.compile recompile the step — once, not every epoch (Dynamo "
+              "keeps both compiled versions, and later epochs reuse them)",
               "on the timeline, the ragged batch's step is suddenly long: it compiles")
     ragged = None if plain is None else plain.ragged()
     if plain is None or ragged is None or plain.epochs < 2:
