@@ -121,12 +121,13 @@ class TrainStep:
 
 class HostDeviceStep:
     """A step in two parts, the way a GPU step uses the host: a **host part** (``host_s`` of CPU work
-    in the loop's thread, holding the GIL: launching the kernels) queues a **device part**
-    (``device_s`` that runs without the host, after the device's earlier work). A sync — reading
-    ``loss.item()``, every ``sync_every`` steps — makes the host wait, without the GIL, until the
-    device has run everything queued. With ``sync_every=1`` nothing the host does next overlaps the
-    device; with a larger one the host launches step s+1 (and receives its batch) while the device
-    runs step s. ``sync_every=0``: never sync (the device's queue is unbounded). Picklable.
+    in the loop's thread, holding the GIL throughout: launching the kernels; a real step's Python
+    holds it, and PyTorch releases it inside each op's C++, so this is the worst case) queues a
+    **device part** (``device_s`` that runs without the host, after the device's earlier work). A
+    sync — reading ``loss.item()``, every ``sync_every`` steps — makes the host wait, without the
+    GIL, until the device has run everything queued. With ``sync_every=1`` nothing the host does
+    next overlaps the device; with a larger one the host launches step s+1 (and receives its batch)
+    while the device runs step s. ``sync_every=0``: never sync (the device's queue is unbounded). Picklable.
     """
 
     def __init__(self, host_s: float, device_s: float, sync_every: int = 1):
@@ -147,7 +148,8 @@ class HostDeviceStep:
             self.sync()
 
     def sync(self) -> None:
-        """Wait (sleeping: no GIL) until the device has run every queued step: ``loss.item()``."""
+        """Wait without the GIL until the device has run every queued step: ``loss.item()`` (this one
+        sleeps; a CUDA sync by default spins on a core while it waits)."""
         left = self._device_free - time.perf_counter()
         if left > 0:
             time.sleep(left)
