@@ -2366,8 +2366,8 @@ def test_main_process_checks_fail_when_the_lesson_is_false():
         "a per-batch transform in the loop's thread is part of m: it adds its time to every batch"]
     # a quarter of the bytes halved the time per batch: the hand-over would be copying bytes
     assert failing(main_process_case(lifts={"uint8": 0.011})) == [
-        "uint8 on a CPU: about the time per batch of float32 — the hand-over maps shared memory, it copies "
-        "no bytes"]
+        "uint8 on a CPU: about the time per batch of float32 — the main process maps shared memory, it "
+        "copies no bytes itself"]
 
 
 def test_main_process_checks_report_starved_workers_as_a_premise():
