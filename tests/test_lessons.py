@@ -2356,11 +2356,18 @@ def test_main_process_checks_fail_when_the_lesson_is_false():
     assert len(failing(main_process_case(m={"many tensors": 0.002}))) == 1
     # more workers kept helping: 4 workers at n/4, well under the floor; the one-worker run off the model
     assert len(failing(main_process_case(sweep={5: 0.018, 1: 0.04}))) == 3
-    # no lift: stacking and reading the loss rarely change nothing; threads as slow as the baseline;
-    # GIL-holding threads faster than their own work
+    # no lift: stacking and reading the loss rarely change nothing; threads as slow as the baseline
     slow = {"one stacked tensor": 0.03, "uint8": 0.03, "loss every 8 steps": 0.03,
             "threads, GIL released": 0.03}
     assert len(failing(main_process_case(lifts=slow, gil_held_s=0.01))) == 4
+    # GIL-holding threads faster than their own work: they ran in parallel
+    assert failing(main_process_case(gil_held_s=0.01)) == [
+        "threads for work that holds the GIL: one batch at a time, at least its work"]
+    # a slow machine (the loop alone 26 ms a batch): threads in parallel keep about the loop's pace, above
+    # 80 % of their 30 ms of work, and still fail: one at a time is well above the loop's pace
+    slow_loop = {"one stacked tensor": 0.026, "uint8": 0.026}
+    assert failing(main_process_case(lifts=slow_loop, gil_held_s=0.027)) == [
+        "threads for work that holds the GIL: one batch at a time, at least its work"]
     # the transform in the loop cost the batch nothing: it ran somewhere else
     assert failing(main_process_case(transform=(0.0225, 0.022, 0.008))) == [
         "a per-batch transform in the loop's thread is part of m: it adds its time to every batch"]

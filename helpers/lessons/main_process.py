@@ -146,8 +146,14 @@ def checks(m: dict[str, float], m_noise_s: float, sweep: dict[int, float], predi
     out.append(near("threads for GIL-releasing work: no hand-over, the pace is the step's",
                     lifts["threads, GIL released"], expected["threads, GIL released"], rel=0.25,
                     noise_s=step_noise_s))
+    # One batch at a time: at least most of the work, and clearly slower than the loop's own pace (one
+    # stacked tensor from processes): threads running in parallel would keep that pace, and on a slow
+    # machine the pace alone can pass 80 % of the work.
+    pace_s = lifts["one stacked tensor"]
     out.append(at_least("threads for work that holds the GIL: one batch at a time, at least its work",
-                        gil_held_s, 0.8 * gil_work_s, what="80 % of the work per batch"))
+                        gil_held_s, max(0.8 * gil_work_s, pace_s + 0.25 * gil_work_s),
+                        what=f"80 % of the work per batch, or the loop's own {pace_s * 1e3:.1f} ms + a "
+                        "quarter of the work, the larger"))
     return out
 
 
