@@ -122,7 +122,7 @@ class TrainStep:
 class HostDeviceStep:
     """A step in two parts, the way a GPU step uses the host: a **host part** (``host_s`` of CPU work
     in the loop's thread, holding the GIL throughout: launching the kernels; a real step's Python
-    holds it, and PyTorch releases it inside each op's C++, so this is the worst case) queues a
+    holds it, and PyTorch releases it around each op's dispatch: the worst case for other threads) queues a
     **device part** (``device_s`` that runs without the host, after the device's earlier work). A
     sync — reading ``loss.item()``, every ``sync_every`` steps — makes the host wait, without the
     GIL, until the device has run everything queued. With ``sync_every=1`` nothing the host does

@@ -126,8 +126,9 @@ def set_vital_warning() -> str | None:
 def make_loader(config: dict[str, Any]):
     """The run's loader: a ``StatefulDataLoader`` for ``"stateful"``, else a ``DataLoader``;
     shuffled with a seeded generator, so a restarted run draws the same order (or in order,
-    ``shuffle=False``); with ``seed`` None, with no generator (the DataLoader's default: each
-    process draws its own order). ``cold_batch``: that batch's samples are slow in the first run only."""
+    ``shuffle=False``); with ``seed`` None, with no generator: each ``iter()`` draws its order
+    from torch's global generator, which a fresh process seeds at random (nothing here calls
+    ``torch.manual_seed``). ``cold_batch``: that batch's samples are slow in the first run only."""
     cold = None
     if config.get("cold_batch") is not None and config.get("run", 1) == 1:
         first = config["cold_batch"] * config["batch_size"]

@@ -130,8 +130,8 @@ def compile_checks(runs: Iterable[CompiledRun], noise_s: float) -> list[Check]:
     runs = list(runs)
     out: list[Check] = []
     plain = _find(runs, lambda r: not (r.drop_last or r.padded or r.dynamic))
-    claims = ("the ragged last batch makes torch.compile recompile the step — once, not every epoch (Dynamo "
-              "keeps both compiled versions, and later epochs reuse them)",
+    claims = ("the ragged last batch makes torch.compile recompile the step — once, not every epoch (later "
+              "epochs reuse what was compiled)",
               "on the timeline, the ragged batch's step is suddenly long: it compiles")
     ragged = None if plain is None else plain.ragged()
     if plain is None or ragged is None or plain.epochs < 2:
