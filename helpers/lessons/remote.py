@@ -98,7 +98,7 @@ def _first_byte_checks(timings, latency_s: float, small: int, large: int) -> lis
 
 
 def _parts_text(extra: dict[str, float]) -> str:
-    names = ("server", "proxy", "client", "body")
+    names = ("server", "proxy", "send", "client", "body")
     return ", ".join(f"{name} {extra[name] * 1e3:+.1f}" for name in names) + " ms"
 
 

@@ -129,7 +129,7 @@ def plot_concurrency(results: dict[tuple[int, int], Any], *, latency_s: float, r
     order = sorted(parts, key=lambda k: (k[0] * k[1], k[0]))
     # the round trip is no one's work (grey); waiting in the server hatched as the loop's waits are
     style = {"round_trip": ("neutral", ""), "server": ("wait", palette.HATCHES["wait"]),
-             "proxy": ("model", ".."), "client": ("fetch", ""), "body": ("step", "")}
+             "proxy": ("model", ".."), "send": ("copy", ""), "client": ("fetch", ""), "body": ("step", "")}
     bottom = np.zeros(len(order))
     for name in PART_FIELDS:
         values = np.array([parts[k][name] * 1e3 for k in order])

@@ -161,18 +161,22 @@ class Requests:
 #: Where a request's time went (seconds), from the client's times and the proxy's log:
 #: ``client``: in the worker, before its bytes left (boto3 signs the request) and after the
 #: response's first byte was passed on to it (boto3 reads and parses the headers) — including
-#: any wait for that process's GIL or a core; ``proxy``: the proxy accepting the connection
-#: and holding the bytes *beyond* the round trip it adds; ``round_trip``: the round trip it
+#: any wait for that process's GIL or a core; ``send``: from boto3's ``before-send`` to the
+#: request's first byte reaching the proxy — urllib3 opening a connection and writing the
+#: request in the worker (Python, under its GIL) and the proxy accepting it (these stamps cannot
+#: tell the two apart, so it counts as neither the client's nor the store's); ``proxy``: the
+#: proxy holding the bytes *beyond* the round trip it adds; ``round_trip``: the round trip it
 #: adds (the setting); ``server``: from the request reaching the server to its first byte
 #: back; ``body``: the rest of the object after the first byte.
-PART_FIELDS = ("client", "proxy", "round_trip", "server", "body")
+PART_FIELDS = ("client", "send", "proxy", "round_trip", "server", "body")
 _TIME_COLUMNS = [REQUEST_FIELDS.index(f) for f in ("start", "first_byte", "end", "sent")]
 
 
 def client_setup_s(timeline: Any, requests: Requests) -> dict[int, float]:
     """Per worker, seconds from the start of its first fetch to the start of its first request:
-    what the worker did before it could send anything (making its boto3 client, which loads
-    S3's service description)."""
+    what the worker did before it could send anything (making its boto3 client; under spawn and
+    forkserver that includes loading S3's service description, which a forked worker inherits from
+    the parent's default boto3 session)."""
     out = {}
     workers, starts = requests.column("worker"), requests.column("start")
     for worker in sorted({int(w) for w in workers}):
@@ -258,7 +262,8 @@ def request_parts(
         out.append(
             [
                 (sent - start) + (first - e["response_out"]),
-                (e["request_in"] - sent) + held - latency_s,
+                e["request_in"] - sent,
+                held - latency_s,
                 latency_s,
                 e["response_in"] - e["request_out"],
                 end - first,
