@@ -36,6 +36,25 @@ class ManyTensors(Dataset):
         return tuple(torch.full((2,), float(i + k)) for k in range(self.parts))
 
 
+class LateSecondWorker(Dataset):
+    """Samples that cost nothing, except worker 1's first fetch, which waits ``wait_s``: a second
+    worker that comes up late (forked after the first from a large process on a slow machine, or
+    importing torch under spawn)."""
+
+    def __init__(self, length: int, wait_s: float):
+        self.length, self.wait_s, self.waited = length, wait_s, False
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        info = torch.utils.data.get_worker_info()
+        if info is not None and info.id == 1 and not self.waited:
+            self.waited = True  # this worker's copy
+            time.sleep(self.wait_s)
+        return torch.full((4,), float(i))
+
+
 class PairSampler(Sampler):
     """A batch sampler of its own: batches [0, 1], [2, 3], ..."""
 

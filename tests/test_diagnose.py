@@ -238,6 +238,18 @@ def quiet_machine(monkeypatch):
     return two
 
 
+def test_a_late_second_worker_is_start_up_not_a_reason_to_deepen_the_prefetch(quiet_machine):
+    # A fresh clone's run on a slow machine (2026-11-28) advised prefetch_factor for a loader whose
+    # batches cost ~2 ms against a 20 ms step: its second worker's first batch came late (the workers
+    # are forked one after another), the wait crossed the 5 % line, and the first fetches were the slow
+    # ones. Here worker 1's first fetch waits 60 ms; every later batch is ready long before it is taken.
+    from diagnose_loaders import LateSecondWorker
+
+    loader = DataLoader(LateSecondWorker(24, 0.060), batch_size=2, num_workers=2)
+    d = _diagnose(loader, 0.02, steps=12)
+    assert d.steady_data_wait_share < 0.05 and d.knobs() == ["none"], str(d)
+
+
 def test_loaders_of_every_kind_get_the_advice_a_careful_engineer_would_give(quiet_machine):
     from diagnose_loaders import DictItems, PairSampler
 

@@ -140,25 +140,36 @@ class Diagnosis:
     def wait_share(self) -> float:
         return self.timeline.wait_s() / self.timeline.wall_s if self.timeline.wall_s > 0 else 0.0
 
+    def _steady_waits(self) -> tuple[float, float]:
+        """The loop's waits (all of it, and the part for batches not yet built) after each worker's
+        first batch of each epoch. Those first batches are start-up: the workers start one after
+        another (forked in turn from the main process; under spawn each imports torch first). On a
+        slow machine the second worker's first batch alone once put a 12-step run's wait over the
+        5 % line for a loader that kept up, and the advice was to deepen the prefetch (a fresh
+        clone's run, 2026-11-28)."""
+        seen: set[tuple[int, int]] = set()
+        waits = data_waits = 0.0
+        for b, (data, _) in zip(self.timeline.batches, main_shares(self.timeline), strict=True):
+            if (b.epoch, b.worker) in seen:
+                waits += b.wait_s
+                data_waits += data
+            seen.add((b.epoch, b.worker))
+        return waits, data_waits
+
     @property
     def steady_wait_share(self) -> float:
-        """The loop's waiting once each epoch's first batch was in hand, as a share of that
-        time (start-up is judged on its own)."""
-        firsts = {e.epoch: e.first_ready for e in self.timeline.epochs}
-        waits = sum(b.wait_s for b in self.timeline.batches if b.ready != firsts.get(b.epoch))
+        """The loop's waiting once each worker's first batch of the epoch was in hand, as a share
+        of the time after each epoch's first batch (start-up is judged on its own)."""
         rest = self.timeline.wall_s - self.startup_s
-        return waits / rest if rest > 0 else 0.0
+        return self._steady_waits()[0] / rest if rest > 0 else 0.0
 
     @property
     def steady_data_wait_share(self) -> float:
         """The part of :attr:`steady_wait_share` the loop spent waiting for a batch that was not
         yet ready to take (a worker still building it): what more workers, in order or a deeper
         prefetch can shorten. The rest is m, the main process taking the batch in."""
-        firsts = {e.epoch: e.first_ready for e in self.timeline.epochs}
-        split = zip(self.timeline.batches, main_shares(self.timeline), strict=True)
-        waits = sum(data for b, (data, _) in split if b.ready != firsts.get(b.epoch))
         rest = self.timeline.wall_s - self.startup_s
-        return waits / rest if rest > 0 else 0.0
+        return self._steady_waits()[1] / rest if rest > 0 else 0.0
 
     @property
     def scale(self) -> str:
@@ -247,7 +258,7 @@ class Diagnosis:
             ["time per step on cached batches (speed limit)", replay],
             ["headspace", "—" if self.replay_step_s is None else f"{self.headspace:.2f}×"],
             ["loop waiting for data", f"{self.wait_share:.0%} of the run"],
-            ["...after each epoch's first batch", f"{self.steady_wait_share:.0%}: {self.scale} "
+            ["...after each worker's first batch", f"{self.steady_wait_share:.0%}: {self.scale} "
              "(TF profiler's scale: under 5 % / 5–20 % / over 20 %)"],
             ["...of it waiting for a batch not yet built",
              f"{self.steady_data_wait_share:.0%} (the rest: the main process taking batches in)"],

@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # annotations only: result imports this module
 
 #: The TF profiler's scale: the share of step time spent waiting for input, and its label.
 SCALE = ((0.05, "not input-bound"), (0.20, "moderately input-bound"), (math.inf, "highly input-bound"))
-#: The loop waiting at least this share (after each epoch's first batch) gets data advice.
+#: The loop waiting at least this share (after each worker's first batch of an epoch) gets data advice.
 INPUT_BOUND = 0.05
 #: More workers are advised when the model predicts they save at least this share of each step.
 WORTH = 0.10
@@ -261,14 +261,14 @@ def recommend(d: Diagnosis, loader: DataLoader, *, device: Any = None) -> list[R
         out.append(Recommendation(
             "none", "the loader nearly keeps up: no knob the lab models is worth turning; make the step "
             "faster",
-            f"after each epoch's first batch the loop waited {d.steady_wait_share:.0%} ({d.scale}), "
+            f"after each worker's first batch the loop waited {d.steady_wait_share:.0%} ({d.scale}), "
             f"{d.steady_data_wait_share:.0%} for batches not yet built, with {workers} workers (the sizing "
             f"rule's {needed}): under {WORTH:.0%}, within what a batch's hand-over from a worker costs"))
     if not out and input_bound:
         out.append(Recommendation(
             "unexplained", "the loop waits, and no knob the lab models explains it: read the timeline "
             "(the loop's own work between batches, garbage collection, a slow first epoch)",
-            f"after each epoch's first batch the loop waited {d.steady_data_wait_share:.0%} for batches not "
+            f"after each worker's first batch the loop waited {d.steady_data_wait_share:.0%} for batches not "
             f"yet built ({d.scale}) with {workers} workers (the sizing rule asks for {needed})"))
     if not out:
         # The workers keep up. A wait left over is the loop's own work on batches already built (m:
@@ -283,7 +283,7 @@ def recommend(d: Diagnosis, loader: DataLoader, *, device: Any = None) -> list[R
                   "device prefetcher: notebook 07), and make the step faster")
         out.append(Recommendation(
             "none", advice,
-            f"after each epoch's first batch the loop waited {d.steady_wait_share:.0%} ({d.scale}), "
+            f"after each worker's first batch the loop waited {d.steady_wait_share:.0%} ({d.scale}), "
             f"{d.steady_data_wait_share:.0%} for batches not yet built; start-up took {startup_share:.0%} of "
             "the run"))
     return out
