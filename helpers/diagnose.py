@@ -98,8 +98,10 @@ def main(argv: list[str] | None = None) -> int:
         step = ModelledStep(args.step_ms / 1e3)
     try:
         result = diagnose(loader, step, steps=args.steps, device=device, verify=args.verify)
-    except (ValueError, TypeError) as error:  # the diagnosis's own clear errors
-        raise SystemExit(f"{type(error).__name__}: {error}") from None
+    except (ValueError, TypeError) as error:
+        if not _raised_by_the_lab(error):
+            raise  # your dataset's, collate_fn's or step's own error: its traceback is what you need
+        raise SystemExit(f"{type(error).__name__}: {error}") from None  # the diagnosis's own clear errors
     except torch_internals.TorchInternalsChanged as error:  # a learner's own torch, newer or older
         raise SystemExit(
             f"the diagnosis cannot time this torch: {error}\nIn your own environment: run it with a "
@@ -109,6 +111,20 @@ def main(argv: list[str] | None = None) -> int:
     print(result)
     print(f"trace: {result.trace(args.trace)} (open it in https://ui.perfetto.dev)")
     return 0
+
+
+def _raised_by_the_lab(error: BaseException) -> bool:
+    """Whether ``error`` was raised in the lab's own code (a bad argument, an empty loader), not in
+    the learner's dataset, ``collate_fn`` or step: with 0 workers PyTorch raises theirs as it is,
+    with workers it re-raises it in the main process with the worker's traceback in its message."""
+    from pathlib import Path
+
+    tb = error.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return Path(tb.tb_frame.f_code.co_filename).resolve().is_relative_to(Path(__file__).resolve().parent)
 
 
 if __name__ == "__main__":

@@ -515,6 +515,27 @@ def test_the_command_line_refuses_each_bad_input_with_its_fix(tmp_path, monkeypa
         assert exited.value.code not in (0, None) and message in said, (args, said[-600:])
 
 
+@pytest.mark.untimed
+def test_the_command_line_keeps_the_traceback_of_an_error_in_the_learners_own_code(tmp_path, monkeypatch):
+    # A TypeError in the learner's __getitem__ (0 workers: PyTorch raises it as it is) once became a
+    # one-line "TypeError: ..." like the diagnosis's own bad-input errors, its traceback gone.
+    (tmp_path / "buggy.py").write_text(
+        "import torch\nfrom torch.utils.data import DataLoader, Dataset\n\n"
+        "class Buggy(Dataset):\n    def __len__(self):\n        return 8\n\n"
+        "    def __getitem__(self, i):\n        return torch.zeros(2) + 'a string'\n\n"
+        "def make():\n    return DataLoader(Buggy())\n")
+    from helpers.diagnose import main
+
+    monkeypatch.chdir(tmp_path)
+    try:
+        with pytest.raises(TypeError) as raised:
+            main(["buggy:make", "--step-ms", "5"])
+    finally:
+        sys.modules.pop("buggy", None)
+    frames = [frame.filename for frame in __import__("traceback").extract_tb(raised.value.__traceback__)]
+    assert any(name.endswith("buggy.py") for name in frames), frames
+
+
 def test_persistent_workers_prediction_counts_each_epochs_shutdown():
     """Kept workers spare each epoch's end too: the last next() joins non-persistent workers
     (notebook 05), and the old iterator goes before the next iter()."""
