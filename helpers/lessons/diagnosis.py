@@ -45,8 +45,10 @@ def checks(
             )
         )
     claim = "a loader that keeps up gets no data knob, only 'make the step faster'"
-    waited = (f"recommended: {', '.join(fed.knobs())}; "
-              f"after its first batch the loop waited {fed.steady_wait_share:.0%}")
+    advice = next((r.advice for r in getattr(fed, "recommendations", [])), None)
+    waited = (f"recommended: {', '.join(fed.knobs())}"
+              + (f" ({advice})" if advice and fed.knobs() == ["none"] else "")
+              + f"; after each worker's first batch the loop waited {fed.steady_wait_share:.0%}")
     timeline = getattr(fed, "timeline", None)
     ramp = ramp_share(timeline) if timeline is not None else None
     if fed.knobs() != ["none"] and ramp is not None and ramp > RAMP_SHARE:

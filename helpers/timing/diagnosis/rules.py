@@ -269,7 +269,8 @@ def recommend(d: Diagnosis, loader: DataLoader, *, device: Any = None) -> list[R
             "unexplained", "the loop waits, and no knob the lab models explains it: read the timeline "
             "(the loop's own work between batches, garbage collection, a slow first epoch)",
             f"after each worker's first batch the loop waited {d.steady_data_wait_share:.0%} for batches not "
-            f"yet built ({d.scale}) with {workers} workers (the sizing rule asks for {needed})"))
+            f"yet built ({input_scale(d.steady_data_wait_share)}) with {workers} workers (the sizing rule "
+            f"asks for {needed})"))
     if not out:
         # The workers keep up. A wait left over is the loop's own work on batches already built (m:
         # receiving each from a worker, pinning): no worker knob shortens it, and "the loader keeps

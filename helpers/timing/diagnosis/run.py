@@ -84,7 +84,7 @@ def _mean_and_noise(d: Diagnosis, measure: str) -> tuple[float, float]:
     Steady: the mean interval between steps once every worker of the epoch was up (from the
     first step's end on: :func:`~helpers.timing.analysis.settled_intervals`), the pace a
     recommendation predicts. Under spawn and forkserver
-    new workers import torch one after another, and a short epoch can spend a fifth of its time
+    the new workers are started one after another and each imports torch, and a short epoch can spend a fifth of its time
     with some of them still starting (forkserver, notebook 16: 28.8 ms a step against a
     predicted 21.3 ± 5.5, workers starting for 19 % of the run)."""
     if measure == "run":
