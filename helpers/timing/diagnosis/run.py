@@ -83,9 +83,9 @@ def _mean_and_noise(d: Diagnosis, measure: str) -> tuple[float, float]:
     varies most with its start-ups: one start-up's spread (the epochs' first batches) per step.
     Steady: the mean interval between steps once every worker of the epoch was up (from the
     first step's end on: :func:`~helpers.timing.analysis.settled_intervals`), the pace a
-    recommendation predicts. Under spawn and forkserver
-    the new workers are started one after another and each imports torch, and a short epoch can spend a fifth of its time
-    with some of them still starting (forkserver, notebook 16: 28.8 ms a step against a
+    recommendation predicts. Under spawn and forkserver the new workers are started one after
+    another and each imports torch, and a short epoch can spend a fifth of its time with some of
+    them still starting (forkserver, notebook 16: 28.8 ms a step against a
     predicted 21.3 ± 5.5, workers starting for 19 % of the run)."""
     if measure == "run":
         startups = [e.first_batch_s for e in d.timeline.epochs if e.first_batch_s is not None]
