@@ -1,5 +1,6 @@
 """What was in flight, when: :class:`Requests` from :func:`measure_requests`, each request split into
-the client's, the round trip's, the server's and the rest's time (:data:`PART_FIELDS`)."""
+the client's, the sending's, the proxy's, the round trip's, the server's and the body's time
+(:data:`PART_FIELDS`)."""
 
 from __future__ import annotations
 
