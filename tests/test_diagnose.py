@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import traceback
 from pathlib import Path
 
 import pytest
@@ -532,7 +533,7 @@ def test_the_command_line_keeps_the_traceback_of_an_error_in_the_learners_own_co
             main(["buggy:make", "--step-ms", "5"])
     finally:
         sys.modules.pop("buggy", None)
-    frames = [frame.filename for frame in __import__("traceback").extract_tb(raised.value.__traceback__)]
+    frames = [frame.filename for frame in traceback.extract_tb(raised.value.__traceback__)]
     assert any(name.endswith("buggy.py") for name in frames), frames
 
 

@@ -1959,6 +1959,7 @@ class _FakeDiagnosis:
     def __init__(self, knobs, headspace=3.0, steady=0.6):
         self._knobs, self.headspace = knobs, headspace
         self.wait_share = self.steady_wait_share = steady
+        self.recommendations = []
 
     def knobs(self):
         return self._knobs

@@ -45,7 +45,7 @@ def checks(
             )
         )
     claim = "a loader that keeps up gets no data knob, only 'make the step faster'"
-    advice = next((r.advice for r in getattr(fed, "recommendations", [])), None)
+    advice = next((r.advice for r in fed.recommendations), None)
     waited = (f"recommended: {', '.join(fed.knobs())}"
               + (f" ({advice})" if advice and fed.knobs() == ["none"] else "")
               + f"; after each worker's first batch the loop waited {fed.steady_wait_share:.0%}")

@@ -11,7 +11,7 @@ import numpy as np
 from ..classroom.checks import Check, at_least, at_most, holds, premise_failed
 from ..cores import effective_cores
 from ..data.remote.objects import median_timing
-from ..data.remote.requests import Requests, request_slowdown
+from ..data.remote.requests import Requests, request_slowdown, slowdown_text
 
 #: How much longer than a local file's first byte the round trip is, at least (the article:
 #: "orders of magnitude").
@@ -97,11 +97,6 @@ def _first_byte_checks(timings, latency_s: float, small: int, large: int) -> lis
     return out
 
 
-def _parts_text(extra: dict[str, float]) -> str:
-    names = ("server", "proxy", "send", "client", "body")
-    return ", ".join(f"{name} {extra[name] * 1e3:+.1f}" for name in names) + " ms"
-
-
 def thread_checks(
     serial: tuple[float, Requests, int],
     threaded: tuple[float, Requests, int, int],
@@ -174,7 +169,7 @@ def thread_checks(
     store_cpu = (cpu_before["server"] + cpu_before["proxy"], cpu_after["server"] + cpu_after["proxy"])
     text = (
         f"a request took {loaded_s * 1e3:.0f} vs {alone_s * 1e3:.0f} ms (median); the mean request's "
-        f"{extra['total'] * 1e3:+.1f} ms: {_parts_text(extra)}; the store's CPU per request "
+        f"{extra['total'] * 1e3:+.1f} ms: {slowdown_text(extra)}; the store's CPU per request "
         f"{store_cpu[1] * 1e3:.1f} vs {store_cpu[0] * 1e3:.1f} ms"
     )
     if loaded_s < 1.2 * alone_s:

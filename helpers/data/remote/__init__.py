@@ -40,6 +40,7 @@ from .requests import (
     request_parts,
     request_slowdown,
     samples_per_s,
+    slowdown_text,
 )
 from .store import START_TIMEOUT_S, ObjectStore
 
@@ -47,6 +48,7 @@ __all__ = [
     "Endpoint", "MiB", "StoreError", "check_bucket", "error_of", "explain", "port_open", "ObjectStore",
     "START_TIMEOUT_S", "REQUEST_FIELDS", "S3Dataset", "cache_name", "PART_FIELDS", "Requests",
     "client_setup_s", "measure_requests", "request_parts", "request_slowdown", "samples_per_s",
+    "slowdown_text",
     "ObjectTiming", "download", "median_timing", "time_endpoints", "time_files", "time_objects",
     "timing_table",
 ]

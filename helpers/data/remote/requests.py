@@ -201,6 +201,13 @@ def request_slowdown(alone: Requests, loaded: Requests) -> dict[str, float]:
     return out
 
 
+def slowdown_text(extra: dict[str, float]) -> str:
+    """:func:`request_slowdown`'s parts as text (ms), the store's first; the round trip is the
+    proxy's setting and adds nothing."""
+    names = ("server", "proxy") + tuple(n for n in PART_FIELDS if n not in ("server", "proxy", "round_trip"))
+    return ", ".join(f"{name} {extra[name] * 1e3:+.1f} ms" for name in names)
+
+
 class _Collect:
     def __init__(self, step: Any, t0: float):
         self.step, self.t0, self.rows = step, t0, []
