@@ -135,6 +135,25 @@ def test_cpu_bound_loading_is_capped_at_the_effective_cores_and_waiting_is_not(q
     assert advice.change["num_workers"] >= 4 and "wait rather than compute" in advice.because, str(waiting)
 
 
+def test_workers_whose_fetches_compute_part_of_the_time_are_capped_where_the_cores_fill(quiet_machine,
+                                                                                      monkeypatch):
+    # 60 ms of waiting per batch against a 10 ms step: the rule asks for 5 or 6 workers. A fetch that
+    # computes 45 % of its time (under the CPU_BOUND line, so "waiting") still wants 0.45 of a core while
+    # it runs: on two cores 4 such fetches at once fill them, and a fifth and sixth would wait for a core
+    # (once advised: 6 workers, 2.7 cores' worth, and a prediction that assumed they all ran at once).
+    from helpers.timing.diagnosis.result import Diagnosis
+    from helpers.timing.diagnosis.rules import recommend
+
+    loader = DataLoader(helpers.WorkDataset(48, item_wait_s=0.015), batch_size=4)
+    d = _diagnose(loader, 0.01, steps=10)
+    assert _advice(d, "num_workers").change["num_workers"] >= 5, str(d)
+    monkeypatch.setattr(Diagnosis, "cpu_share", property(lambda self: 0.45))
+    assert not d.computes(quiet_machine)
+    advice = next(r for r in recommend(d, loader) if r.knob == "num_workers")
+    assert advice.change == {"num_workers": 4} and "wait for a core" in advice.because, advice
+    assert advice.predicted_s >= d.fetch_mean_s / 4, advice
+
+
 def test_cpu_bound_workers_that_fill_the_cores_get_the_sample_cost_not_more_workers(monkeypatch):
     from helpers import cores
 

@@ -158,8 +158,16 @@ def recommend(d: Diagnosis, loader: DataLoader, *, device: Any = None) -> list[R
     workers_pace = n / max(workers, 1)
     workers_busy = workers_pace >= BUSY_WORKERS * loop_s
     waiting = d.steady_wait_share >= INPUT_BOUND
+    # How many workers the cores can take: a computing fetch, one per free core; a fetch that mostly
+    # waits still computes for its CPU share of the time, and workers fetching at once want that share
+    # of a core each: past ⌊free cores / share⌋ of them they wait for a core too (a fetch at 40 % CPU:
+    # 5 on 2 cores, not the rule's 8).
+    capacity = min(limits.cores, float(cores))
+    share = d.cpu_share
+    fits = math.floor(capacity / share) if share and not cpu_bound else needed
+    target = max(min(needed, cores), 1) if cpu_bound else max(min(needed, fits), min(needed, workers + 1), 1)
     # More workers only when the model's gain is worth a change (beats the run's own noise).
-    more_s = max(n / (needed if not cpu_bound else max(min(needed, cores), 1)), loop_s)
+    more_s = max(n / target, loop_s)
     worth = more_s <= (1 - WORTH) * d.steady_step_s
     # Filling the cores: as many computing workers as free cores, and busy (CPU used per second of run).
     workers_cpu = (d.cpu_share or 0.0) * n / d.steady_step_s if d.steady_step_s > 0 else 0.0
@@ -208,14 +216,21 @@ def recommend(d: Diagnosis, loader: DataLoader, *, device: Any = None) -> list[R
             f"{WORTH:.0%} saved"))
     elif input_bound and workers < needed and not main_bound:
         if not cpu_bound:
-            cpu = "" if d.cpu_share is None else f" (the fetch used the CPU {d.cpu_share:.0%} of its time)"
-            beyond = (f"; more workers than the {cores} effective cores is fine: the fetches wait rather "
-                      "than compute" + cpu) if needed > cores else cpu
-            out.append(Recommendation("num_workers", f"num_workers={needed} (now {workers})"
-                                      + _shard_caveat(loader, needed), rule + beyond,
-                                      {"num_workers": needed}, max(n / needed, loop_s)))
+            cpu = "" if share is None else f" (the fetch used the CPU {share:.0%} of its time)"
+            if target < needed:
+                beyond = (f"; the fetch used the CPU {share:.0%} of its time: {target} workers fetching at "
+                          f"once keep about {target * share:.1f} of the {capacity:g} free cores computing, "
+                          f"and more would wait for a core; past {target} make each sample cheaper to load "
+                          "(notebooks 04, 14)")
+            elif needed > cores:
+                beyond = (f"; more workers than the {cores} effective cores is fine: the fetches wait rather "
+                          "than compute" + cpu)
+            else:
+                beyond = cpu
+            out.append(Recommendation("num_workers", f"num_workers={target} (now {workers})"
+                                      + _shard_caveat(loader, target), rule + beyond,
+                                      {"num_workers": target}, more_s))
         else:
-            target = min(needed, cores)
             past = (f"; the rule asks for {needed}, but past the cores make each sample cheaper to load "
                     "(notebooks 04, 14)") if needed > cores else ""
             out.append(Recommendation(
