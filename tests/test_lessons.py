@@ -1859,9 +1859,10 @@ def test_cpu_per_image_counts_every_fetch_that_measured_its_cpu():
 
 
 # -- 15 resume ----------------------------------------------------------------------------------
-def _resume_result(kind, repeats=(), missing=()):
+def _resume_result(kind, repeats=(), missing=(), resumed=range(80, 256)):
     """A resume of 256 samples from the checkpoint at step 10: every sample once, but ``repeats``
-    twice and ``missing`` never."""
+    twice and ``missing`` never; the resumed run trained ``resumed`` (by default in order from the
+    checkpoint: batches of 8, 10 skipped)."""
     import collections
 
     from helpers.data.resume import ResumeResult
@@ -1869,7 +1870,7 @@ def _resume_result(kind, repeats=(), missing=()):
     counts = collections.Counter({i: 1 for i in range(256) if i not in missing})
     for i in repeats:
         counts[i] += 1
-    return ResumeResult(kind, 256, 10, 13, -9, counts, [])
+    return ResumeResult(kind, 256, 10, 13, -9, counts, [], list(resumed))
 
 
 def resume_case(**changes):
@@ -1917,11 +1918,11 @@ def test_resume_checks_fail_when_resuming_is_not_what_the_lesson_says():
     assert stateful.passed is False
 
 
-def _out_of_order_claim(repeats, missing):
+def _out_of_order_claim(repeats, missing, resumed=range(80, 256)):
     from helpers.lessons import resume
 
     case = resume_case()
-    case["shuffled"] = {"skip, in_order=False": _resume_result("skip", repeats, missing)}
+    case["shuffled"] = {"skip, in_order=False": _resume_result("skip", repeats, missing, resumed)}
     (claim,) = [c for c in resume.checks(**case) if "out of order" in c.claim]
     return claim
 
@@ -1943,6 +1944,19 @@ def test_resume_out_of_order_check_holds_when_a_slow_moment_makes_two_batches_ov
     claim = _out_of_order_claim(range(80, 96), range(64, 80))
     assert claim.passed is True, claim
     assert "trained twice: batch 10, 11, never: batch 8, 9" in claim.measured
+
+
+def test_resume_out_of_order_premise_fails_when_the_resumed_run_delivered_out_of_order_too():
+    # A fresh clone inside 1 CPU (2026-11-28): batch 8 trained twice and batch 9 never, which the planted
+    # cold batch 9 cannot make alone. The resumed run had skipped batches 0-7, 9 and 10 as its first ten
+    # (a worker stopped by the quota) and trained 8 and 11 onwards. Judged as overtaking in the first run,
+    # the check failed; it says instead that its premise, an in-order resumed run, failed.
+    resumed = [*range(64, 72), *range(88, 256)]
+    claim = _out_of_order_claim(range(64, 72), range(72, 80), resumed)
+    assert claim.passed is None and "skipped batches 0-7, 9, 10" in claim.premise, claim
+    assert "trained twice: batch 8, never: batch 9" in claim.measured, claim
+    # The same counts from a resumed run in order (it skipped 0-9: a lab that skipped wrongly) still fail.
+    assert _out_of_order_claim(range(64, 72), range(72, 80)).passed is False
 
 
 def test_resume_out_of_order_premise_fails_when_the_order_happened_to_match():

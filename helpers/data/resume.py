@@ -203,6 +203,7 @@ class ResumeResult:
     killed_by: int  #: the first run's return code (-9: SIGKILL)
     counts: collections.Counter = field(default_factory=collections.Counter)  #: id -> times trained on
     order: list[int] = field(default_factory=list)  #: the ids in the order they were trained on
+    resumed: list[int] = field(default_factory=list)  #: of them, the second run's, in its order
 
     @property
     def missing(self) -> list[int]:
@@ -358,6 +359,7 @@ def kill_and_resume(
             x for x in lines if x["run"] == 2
         ]
         order = [i for x in trained for i in x["ids"]]
+        resumed = [i for x in lines if x["run"] == 2 for i in x["ids"]]
         return ResumeResult(
-            kind, n, saved["step"], killed_after, first.returncode, collections.Counter(order), order
+            kind, n, saved["step"], killed_after, first.returncode, collections.Counter(order), order, resumed
         )

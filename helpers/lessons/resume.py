@@ -47,9 +47,12 @@ def checks(
     skip = shuffled["skip, in_order=False"]
     claim = ("out of order, skipping by count trains the batches that overtook the checkpoint twice "
              "and drops the ones they overtook")
+    reordered = _resumed_out_of_order(skip, batch_size)
     if skip.exact:
         out.append(premise_failed(claim, skip.describe(), "no batch overtook another at the checkpoint this "
                                   "time (the cold batch loaded in time)"))
+    elif reordered:
+        out.append(premise_failed(claim, f"{skip.describe()}; {_overtaken(skip, batch_size)[1]}", reordered))
     else:
         out.append(holds(claim, *_overtaken(skip, batch_size)))
     few, many = min(per_step), max(per_step)
@@ -63,6 +66,32 @@ def checks(
         )
     )
     return out
+
+
+def _resumed_out_of_order(skip: Any, batch_size: int) -> str:
+    """Why the check cannot judge the planted overtaking, or "": the resumed run, which skips by
+    count whatever it delivers first, delivered its own first batches out of order (a worker
+    stalled: inside a CPU quota, or on a busy machine). It then trains an unbroken run of batches
+    to the epoch's end only if it skipped exactly the batches before that run (one fresh clone
+    inside 1 CPU: it skipped 0-7, 9 and 10, then trained 8 and 11 onwards)."""
+    batches = [skip.resumed[k] // batch_size for k in range(0, len(skip.resumed), batch_size)]
+    if not batches or set(batches) == set(range(min(batches), max(batches) + 1)):
+        return ""
+    skipped = sorted(set(range(-(-skip.n // batch_size))) - set(batches))
+    return (f"the resumed run delivered out of order too: it skipped batches {_spans(skipped)} as its "
+            f"first {skip.checkpoint_step} and trained {_spans(sorted(batches))}: which batches repeat then "
+            "depends on both runs' order, not on the planted cold batch alone")
+
+
+def _spans(numbers: list[int]) -> str:
+    """Sorted numbers as runs: [0, 1, 2, 3, 9, 10] -> "0-3, 9, 10"."""
+    runs: list[list[int]] = []
+    for x in numbers:
+        if runs and x == runs[-1][-1] + 1:
+            runs[-1].append(x)
+        else:
+            runs.append([x])
+    return ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 2 else ", ".join(map(str, r)) for r in runs)
 
 
 def _overtaken(skip: Any, batch_size: int) -> tuple[bool, str]:
