@@ -13,7 +13,8 @@ speed limit of the loop), and reports:
   the device, the step;
 - **recommendations** derived from the lab's models, each with the number that triggered it:
   workers from the sizing rule x = ⌈n / (y + m)⌉ with the *mean* fetch (notebook 02), capped by
-  the effective cores, less what other processes keep busy, when the fetch computes (04, 14);
+  the effective cores, less what other processes keep busy, when the fetch computes (04, 14), and
+  when it mostly waits at as many fetches as those cores can compute for at once (⌊cores / CPU share⌋);
   ``in_order=False`` when slow batches land on one worker and a deeper prefetch when they are
   spread (03, 09); persistent workers when start-up is a large share (05); pinning when the copy
   is (06); a cheaper collate when busy workers spend their time there (08); the main process's
