@@ -52,7 +52,7 @@ def checks(
         out.append(premise_failed(claim, skip.describe(), "no batch overtook another at the checkpoint this "
                                   "time (the cold batch loaded in time)"))
     elif reordered:
-        out.append(premise_failed(claim, f"{skip.describe()}; {_overtaken(skip, batch_size)[1]}", reordered))
+        out.append(premise_failed(claim, _overtaken(skip, batch_size)[1], reordered))
     else:
         out.append(holds(claim, *_overtaken(skip, batch_size)))
     few, many = min(per_step), max(per_step)
