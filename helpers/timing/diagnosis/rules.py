@@ -164,8 +164,11 @@ def recommend(d: Diagnosis, loader: DataLoader, *, device: Any = None) -> list[R
     # 5 on 2 cores, not the rule's 8).
     capacity = min(limits.cores, float(cores))
     share = d.cpu_share
-    fits = math.floor(capacity / share) if share and not cpu_bound else needed
-    target = max(min(needed, cores), 1) if cpu_bound else max(min(needed, fits), min(needed, workers + 1), 1)
+    if cpu_bound:
+        target = max(min(needed, cores), 1)
+    else:
+        fits = math.floor(capacity / share) if share else needed
+        target = max(min(needed, fits), min(needed, workers + 1), 1)
     # More workers only when the model's gain is worth a change (beats the run's own noise).
     more_s = max(n / target, loop_s)
     worth = more_s <= (1 - WORTH) * d.steady_step_s
@@ -237,7 +240,7 @@ def recommend(d: Diagnosis, loader: DataLoader, *, device: Any = None) -> list[R
                 "num_workers", f"num_workers={target} (now {workers})" + _shard_caveat(loader, target),
                 f"{rule}; the fetch computes (the CPU {d.cpu_share:.0%} of its time), so workers beyond the "
                 f"{limits.describe()}{busy} add nothing{past}",
-                {"num_workers": target}, max(n / target, loop_s)))
+                {"num_workers": target}, more_s))
     elif input_bound and workers > 0 and len(tl.batches) >= 10 and not main_bound:
         median, p90, slow = _slow_batches(tl)
         if median > 0 and p90 / median >= SPREAD and slow:
