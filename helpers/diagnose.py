@@ -7,26 +7,34 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import math
 import os
+import pickle
 import sys
+import traceback
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, Dataset
 
 from helpers.timing import torch_internals
-from helpers.timing.diagnosis.run import diagnose
+from helpers.timing.diagnosis.rules import _describe_change
+from helpers.timing.diagnosis.run import diagnose, follow_advice
 
 
 # -- command line ---------------------------------------------------------------------------------
 def load_target(target: str) -> tuple[DataLoader, Callable[[Any], Any] | None]:
     """``module:function`` → ``(loader, step or None)`` from what the function returns (a
-    DataLoader, or ``(DataLoader, step)``). Clear errors for each way it can be wrong."""
+    DataLoader, or ``(DataLoader, step)``); ``module:name`` may also name a DataLoader made at the
+    module's top level, and ``path/to/file.py:function`` a file. Clear errors for each way it can be
+    wrong."""
     if target.count(":") != 1 or not all(target.split(":")):
         raise SystemExit(f"expected module:function, e.g. my_module:make_loader — got {target!r}")
     module_name, function_name = target.split(":")
     sys.path.insert(0, os.getcwd())
+    module_name = _module_of_file(module_name)
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as error:
@@ -37,15 +45,31 @@ def load_target(target: str) -> tuple[DataLoader, Callable[[Any], Any] | None]:
         raise SystemExit(
             f"{module_name} was found, but importing it failed: {error}. Install what it needs into this "
             f"Python ({sys.executable}), the one that runs the diagnosis") from None
-    except Exception as error:  # noqa: BLE001 - the user's module raised while importing
-        raise SystemExit(f"importing {module_name} raised {type(error).__name__}: {error}") from None
-    function = getattr(module, function_name, None)
-    if function is None or not callable(function):
+    except Exception as error:  # noqa: BLE001 - the learner's module raised while importing
+        # Its traceback, without importlib's own frames, is what shows where: then one line to act on.
+        frames = [f for f in traceback.extract_tb(error.__traceback__)
+                  if not f.filename.startswith("<frozen") and f.filename != __file__]
+        sys.stderr.write("Traceback (most recent call last):\n" + "".join(traceback.format_list(frames))
+                         + "".join(traceback.format_exception_only(type(error), error)))
+        raise SystemExit(f"importing {module_name} raised {type(error).__name__} (the traceback above): "
+                         f"fix it in {module_name}, then run the diagnosis again") from None
+    found = getattr(module, function_name, None)
+    if isinstance(found, DataLoader):  # a loader made at the module's top level
+        return found, None
+    if found is None or not callable(found):
         raise SystemExit(
             f"module {module_name!r} has no function {function_name!r} "
             f"(it has: {', '.join(n for n in dir(module) if not n.startswith('_')) or 'nothing'})"
-        )
-    made = function()
+            if found is None else
+            f"{module_name}.{function_name} is a {type(found).__name__}, not a function that returns a "
+            "DataLoader, nor a DataLoader")
+    needs = _required_arguments(found)
+    if needs:
+        raise SystemExit(
+            f"{target}() needs arguments ({', '.join(needs)}), and the diagnosis calls it with none: add a "
+            f"function that calls it with yours, e.g. `def for_diagnosis(): return {function_name}(...)`, "
+            f"and diagnose {module_name}:for_diagnosis")
+    made = found()  # the learner's own code: an error in it keeps its traceback
     if isinstance(made, DataLoader):
         return made, None
     if (isinstance(made, tuple) and len(made) == 2 and isinstance(made[0], DataLoader)
@@ -53,16 +77,77 @@ def load_target(target: str) -> tuple[DataLoader, Callable[[Any], Any] | None]:
         return made
     shape = (f"a tuple of {len(made)}: ({', '.join(type(x).__name__ for x in made)})"
              if isinstance(made, tuple) else type(made).__name__)
+    wrap = (": wrap the dataset in the DataLoader your training makes (its batch_size, num_workers, "
+            "collate_fn...) and return that" if isinstance(made, Dataset) else "")
     raise SystemExit(f"{target}() returned {shape}, not a torch.utils.data.DataLoader: return the loader, "
-                     "or (loader, step) where step is a function that takes a batch")
+                     f"or (loader, step) where step is a function that takes a batch{wrap}")
+
+
+def _module_of_file(name: str) -> str:
+    """A module's name as given, or, for a path to a ``.py`` file (``my_module.py``, ``src/train.py``,
+    ``./train.py``), the file's name with its folder put first on ``sys.path``."""
+    if not (name.endswith(".py") or "/" in name or os.sep in name):
+        return name
+    path = Path(name if name.endswith(".py") else name + ".py")
+    if not path.is_file():
+        raise SystemExit(f"no file {str(path)!r} (from {os.getcwd()}): give a path to the .py file that "
+                         "makes your loader, or its module's name (my_module:make_loader, run from the "
+                         "folder that holds my_module.py)")
+    sys.path.insert(0, str(path.resolve().parent))
+    return path.stem
+
+
+def _required_arguments(function: Callable[..., Any]) -> list[str]:
+    """The parameters ``function()`` would be missing (none where Python cannot say)."""
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    return [p.name for p in parameters if p.default is p.empty
+            and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+
+
+def _cannot_pickle(error: BaseException) -> bool:
+    """Whether ``error`` is a worker start that could not send the dataset, collate_fn or
+    worker_init_fn to a spawned or forkserver worker (they travel pickled)."""
+    text = str(error)
+    return isinstance(error, pickle.PicklingError) or (
+        isinstance(error, (AttributeError, TypeError))
+        and ("pickle" in text or "Can't get attribute" in text))
+
+
+def _report_failed_follow(error: BaseException, loader: DataLoader, result: Any) -> None:
+    """After the diagnosis was printed: which advice, followed, raised, and what to do."""
+    advice = next((r for r in (result.followed[-1].after if result.followed else result).recommendations
+                   if r.change is not None and r.predicted_s is not None), None)
+    what = _describe_change(advice.change) if advice is not None else "the advice"
+    import multiprocessing
+
+    context = loader.multiprocessing_context
+    method = (context if isinstance(context, str) else context.get_start_method() if context is not None
+              else multiprocessing.get_start_method())
+    from helpers.timing.recorder import NotImportable
+
+    hint = ("" if isinstance(error, NotImportable) else  # the lab's own check: its message names the fix
+            f"\nIts new workers start with {method!r}, which sends them the dataset, collate_fn and "
+            "worker_init_fn pickled: define each at the top level of a module (no lambda, no function or "
+            "class defined inside another function: README, Troubleshooting), and open files and connections "
+            "on first use in each worker, not in the dataset's __init__ (helpers/data/storage.py's "
+            "SqliteDataset does, notebook 08)." if _cannot_pickle(error) else
+            "\nThe error came from the changed loader, run as your training would run it with that "
+            "setting: fix it there, then diagnose again.")
+    print(f"--verify: following {what} raised {type(error).__name__}: {error}{hint}", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m helpers.diagnose",
+        prog=(os.path.basename(sys.argv[0]) if sys.argv[0].endswith("dataloader-diagnose")
+              else "python -m helpers.diagnose"),
         description="Diagnose a DataLoader: headspace, waiting, where the time goes, recommendations.",
     )
-    parser.add_argument("target", help="module:function returning a DataLoader, or (DataLoader, step)")
+    parser.add_argument("target", help="module:function returning a DataLoader, or (DataLoader, step); "
+                        "module:name of a DataLoader made at the module's top level; "
+                        "or path/to/file.py:function")
     parser.add_argument("--steps", type=int, default=200, help="batches to record (default 200)")
     parser.add_argument(
         "--step-ms", type=float, default=None,
@@ -70,7 +155,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default=None,
                         help="copy each batch to this device before the step, e.g. cuda (advises pinning)")
     parser.add_argument("--verify", action="store_true",
-                        help="follow the recommendations that are loader settings, and measure each")
+                        help="follow the first recommendation that is a DataLoader setting with a prediction "
+                        "(pinning has none), measure it beside the prediction, then the changed loader's own "
+                        "first one: two rounds")
     parser.add_argument("--trace", default="dataloader_diagnosis.json",
                         help="where to write the Perfetto trace")
     args = parser.parse_args(argv)
@@ -89,6 +176,12 @@ def main(argv: list[str] | None = None) -> int:
         if device.type == "cuda" and not torch.cuda.is_available():
             parser.error("--device cuda, but this torch sees no CUDA GPU "
                          "(torch.cuda.is_available() is False)")
+        if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+            parser.error(f"--device {args.device}, but this torch sees {torch.cuda.device_count()} CUDA "
+                         f"GPU(s), cuda:0 to cuda:{torch.cuda.device_count() - 1}")
+        if device.type == "mps" and not torch.backends.mps.is_available():
+            parser.error("--device mps, but this torch cannot use Apple's GPU here "
+                         "(torch.backends.mps.is_available() is False)")
     loader, step = load_target(args.target)
     if step is not None and args.step_ms is not None:
         parser.error(f"{args.target}() gave a step already: drop --step-ms, or return only the loader")
@@ -97,7 +190,8 @@ def main(argv: list[str] | None = None) -> int:
 
         step = ModelledStep(args.step_ms / 1e3)
     try:
-        result = diagnose(loader, step, steps=args.steps, device=device, verify=args.verify)
+        # --verify's rounds run after the diagnosis, so that a round that raises loses nothing of it.
+        result = diagnose(loader, step, steps=args.steps, device=device)
     except (ValueError, TypeError) as error:
         if not _raised_by_the_lab(error):
             raise  # your dataset's, collate_fn's or step's own error: its traceback is what you need
@@ -108,8 +202,22 @@ def main(argv: list[str] | None = None) -> int:
             "torch the lab was tried with (README, 'Diagnose your own loader, in your own environment': "
             f"2.10 to {torch_internals.PINNED_TORCH}), or point the lab's own environment at your module "
             "(.venv/bin/python -m helpers.diagnose, run from your project's folder).") from None
+    failed = None
+    if args.verify:
+        try:
+            follow_advice(loader, step, result, 2, steps=args.steps, device=device)
+        except Exception as error:  # noqa: BLE001 - reported after the diagnosis, with what to do
+            failed = error
     print(result)
+    if args.verify and not result.followed and failed is None:
+        print("--verify: nothing to follow: " + (
+            "without a step no worker count is derived (add --step-ms, your step's time, or return "
+            "(loader, step))" if step is None else
+            "no recommendation above is a DataLoader setting with a prediction"))
     print(f"trace: {result.trace(args.trace)} (open it in https://ui.perfetto.dev)")
+    if failed is not None:
+        _report_failed_follow(failed, loader, result)
+        return 1
     return 0
 
 

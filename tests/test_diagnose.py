@@ -430,6 +430,25 @@ def test_the_diagnosis_checks_the_torch_internals_first(monkeypatch):
         helpers.diagnose(DataLoader(helpers.WorkDataset(8), batch_size=2), progress=False)
 
 
+@pytest.mark.untimed
+def test_a_torch_without_a_private_name_gets_the_list_not_a_traceback(tmp_path):
+    # The instrument's private names were read when helpers was imported: a torch that renamed one
+    # failed there, with a traceback, before the self-check or the command line could say what moved.
+    (tmp_path / "mine.py").write_text("from torch.utils.data import DataLoader\nimport helpers\n\n"
+                                      "def make():\n    return DataLoader(helpers.WorkDataset(8))\n")
+    renamed = ("import runpy, sys\nimport torch.utils.data._utils.fetch as fetch\n"
+               "del fetch._MapDatasetFetcher\n"
+               "sys.argv = ['python -m helpers.diagnose', 'mine:make', '--step-ms', '5']\n"
+               "runpy.run_module('helpers.diagnose', run_name='__main__')\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TQDM_DISABLE": "1"}
+    done = subprocess.run([sys.executable, "-c", renamed], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode != 0, done.stdout[-800:]
+    assert "Traceback" not in done.stderr, done.stderr[-1500:]
+    assert "torch.utils.data._utils.fetch._MapDatasetFetcher (not in this torch)" in done.stderr, done.stderr
+    assert "In your own environment" in done.stderr, done.stderr
+
+
 def test_following_the_advice_on_mystery_a_is_measured_beside_the_prediction():
     loader, step, steps = helpers.mystery_loader("A", smoke=True)
     d = helpers.diagnose(loader, step, steps=steps, progress=False, verify=True)
@@ -533,6 +552,101 @@ def test_the_command_line_refuses_each_bad_input_with_its_fix(tmp_path, monkeypa
         # SystemExit("message") (load_target) or argparse's error: usage and message on stderr, exit 2.
         said = exited.value.code if isinstance(exited.value.code, str) else capsys.readouterr().err
         assert exited.value.code not in (0, None) and message in said, (args, said[-600:])
+
+
+@pytest.mark.untimed
+def test_the_command_line_takes_a_file_a_top_level_loader_and_says_what_a_function_needs(
+        tmp_path, monkeypatch, capsys):
+    # What a learner types besides module:function: a path to the file, a loader made at the top
+    # level, a function with a parameter, a Dataset where a loader was meant, an error in their module.
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "train_data.py").write_text(
+        "from torch.utils.data import DataLoader\nimport helpers\n\n"
+        "loader = DataLoader(helpers.WorkDataset(8))\n\n"
+        "def make_loader():\n    return loader\n\n"
+        "def from_config(cfg, workers=2):\n    return loader\n\n"
+        "def dataset():\n    return helpers.WorkDataset(8)\n")
+    (tmp_path / "broken.py").write_text("import helpers\n\nBATCH = 32\nloader = make(BATCH)\n")
+    from helpers.diagnose import load_target
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # load_target puts folders first; forget them after
+    try:
+        for target in ("src/train_data.py:make_loader", "./src/train_data.py:make_loader",
+                       "src/train_data:make_loader", "src/train_data.py:loader"):
+            loader, step = load_target(target)
+            assert isinstance(loader, DataLoader) and step is None, target
+        for target, message in (("src/nowhere.py:make_loader", "no file 'src/nowhere.py'"),
+                                ("src/train_data.py:from_config", "needs arguments (cfg)"),
+                                ("src/train_data.py:dataset", "wrap the dataset in the DataLoader"),
+                                ("broken:loader", "importing broken raised NameError")):
+            with pytest.raises(SystemExit) as exited:
+                load_target(target)
+            assert message in str(exited.value.code), (target, exited.value.code)
+        # The learner's own error: where it is (file and line) before the one line to act on.
+        err = capsys.readouterr().err
+        assert "broken.py\", line 4" in err and "NameError: name 'make' is not defined" in err, err
+        assert "<frozen" not in err, err
+    finally:
+        for name in ("train_data", "broken"):
+            sys.modules.pop(name, None)
+
+
+@pytest.mark.untimed
+def test_a_verify_round_that_raises_keeps_the_diagnosis_and_names_the_fix(tmp_path):
+    # A macOS learner (spawn) with 0 workers: the diagnosis runs and advises workers, and following it
+    # sends the dataset and collate_fn to each new worker pickled. A lambda (the lab's own check names
+    # it) or a dataset holding an open file (PyTorch's pickling error) once ended in a traceback with
+    # none of the diagnosis printed.
+    (tmp_path / "mac_loader.py").write_text(
+        "import torch.multiprocessing\nfrom torch.utils.data import DataLoader\nimport helpers\n\n"
+        "torch.multiprocessing.set_start_method('spawn', force=True)\n\n"
+        "class WithLog(helpers.WorkDataset):\n"
+        "    def __init__(self, *args, **kwargs):\n"
+        "        super().__init__(*args, **kwargs)\n"
+        "        self.log = open(__file__)\n\n"
+        "def with_lambda():\n"
+        "    return DataLoader(helpers.WorkDataset(400, item_wait_s=0.004), batch_size=4,\n"
+        "                      collate_fn=lambda batch: batch)\n\n"
+        "def with_file():\n"
+        "    return DataLoader(WithLog(400, item_wait_s=0.004), batch_size=4)\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TQDM_DISABLE": "1"}
+    for target, fix in (("mac_loader:with_lambda", "collate_fn is a lambda"),
+                        ("mac_loader:with_file", "open files and connections on first use in each worker")):
+        done = subprocess.run([sys.executable, "-m", "helpers.diagnose", target, "--steps", "12",
+                               "--step-ms", "2", "--verify", "--trace", str(tmp_path / "t.json")],
+                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        said = f"{target}:\n{done.stdout[-1500:]}\n{done.stderr[-1500:]}"
+        assert done.returncode == 1, said
+        assert "num_workers=" in done.stdout and "trace:" in done.stdout, said  # the diagnosis, printed
+        assert "--verify: following num_workers=" in done.stderr and fix in done.stderr, said
+        assert "Traceback" not in done.stderr, said
+
+
+@pytest.mark.untimed
+def test_the_installed_command_runs_beside_a_project_helpers_module(tmp_path):
+    # `python -m helpers.diagnose` from a project with a helpers.py of its own finds that one first;
+    # the installed `dataloader-diagnose` (pyproject's [project.scripts]) imports the lab's.
+    script = Path(sys.executable).parent / "dataloader-diagnose"
+    assert script.exists(), f"{script}: reinstall the environment (make .venv/.installed) to get the command"
+    (tmp_path / "helpers.py").write_text("raise SystemExit('the project\'s own helpers.py ran')\n")
+    done = subprocess.run([str(script), "nowhere:make_loader"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), "TQDM_DISABLE": "1"})
+    assert done.returncode != 0 and "no module named 'nowhere'" in done.stderr, done.stderr[-800:]
+    assert "own helpers.py ran" not in done.stderr + done.stdout, done.stderr[-800:]
+
+
+def test_a_pickling_error_is_told_apart_from_other_errors_in_a_verify_round():
+    import pickle
+
+    from helpers.diagnose import _cannot_pickle
+
+    assert _cannot_pickle(pickle.PicklingError("Can't pickle <function <lambda>>"))
+    assert _cannot_pickle(AttributeError("Can't pickle local object 'make.<locals>.<lambda>'"))
+    assert _cannot_pickle(AttributeError("Can't get attribute 'Mine' on <module '__main__'>"))
+    assert not _cannot_pickle(AttributeError("'NoneType' object has no attribute 'read'"))
+    assert not _cannot_pickle(RuntimeError("DataLoader worker (pid 12) exited unexpectedly"))
 
 
 @pytest.mark.untimed

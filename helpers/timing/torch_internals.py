@@ -15,31 +15,52 @@ and marks a batch's dimension dynamic: :func:`compile_events`, :func:`reset_comp
 
 from __future__ import annotations
 
+import importlib
 import inspect
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch.utils.data import DataLoader
-from torch.utils.data import dataloader as _dataloader
-from torch.utils.data._utils import fetch as _fetch
-from torch.utils.data._utils import pin_memory as _pin
 
+
+def _private(module: str, name: str) -> Any:
+    """``module.name``, or None where this torch moved it: :func:`self_check` then names it, rather
+    than ``import helpers`` failing with a traceback before anything can say what moved."""
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError):
+        return None
+
+
+_PRIVATE = {  # what self_check reports, by the name a reader finds in torch's source
+    "torch.utils.data._utils.fetch._MapDatasetFetcher":
+        _private("torch.utils.data._utils.fetch", "_MapDatasetFetcher"),
+    "torch.utils.data._utils.fetch._IterableDatasetFetcher":
+        _private("torch.utils.data._utils.fetch", "_IterableDatasetFetcher"),
+    "torch.utils.data.dataloader._SingleProcessDataLoaderIter":
+        _private("torch.utils.data.dataloader", "_SingleProcessDataLoaderIter"),
+    "torch.utils.data.dataloader._MultiProcessingDataLoaderIter":
+        _private("torch.utils.data.dataloader", "_MultiProcessingDataLoaderIter"),
+    "torch.utils.data._utils.pin_memory.pin_memory":
+        _private("torch.utils.data._utils.pin_memory", "pin_memory"),
+}
+_found = list(_PRIVATE.values())
 #: The classes whose ``fetch(possibly_batched_index)`` runs the dataset and ``collate_fn``.
-FETCHER_CLASSES = (_fetch._MapDatasetFetcher, _fetch._IterableDatasetFetcher)
+FETCHER_CLASSES = tuple(c for c in _found[:2] if c is not None)
 #: The iterator ``iter(loader)`` returns with ``num_workers=0``.
-SingleProcessIterator = _dataloader._SingleProcessDataLoaderIter
+SingleProcessIterator = _found[2]
 #: The iterator ``iter(loader)`` returns with workers.
-MultiProcessIterator = _dataloader._MultiProcessingDataLoaderIter
+MultiProcessIterator = _found[3]
 #: What the DataLoader's pin thread calls on each batch.
-pin_batch = _pin.pin_memory
+pin_batch = _found[4]
 
 PINNED_TORCH = "2.14.1"
 
 
 def main_process_fetcher(iterator: Any) -> Any | None:
     """The fetcher of a ``num_workers=0`` iterator (None for an iterator with workers)."""
-    if isinstance(iterator, SingleProcessIterator):
+    if SingleProcessIterator is not None and isinstance(iterator, SingleProcessIterator):
         return iterator._dataset_fetcher
     return None
 
@@ -120,6 +141,9 @@ def self_check() -> list[InternalCheck]:
     def check(name: str, ok: bool, detail: str) -> None:
         checks.append(InternalCheck(name, bool(ok), detail))
 
+    missing = [name for name, found in _PRIVATE.items() if found is None]
+    if missing:  # the checks below would use them
+        raise _changed([InternalCheck(name, False, "not in this torch") for name in missing])
     for cls in FETCHER_CLASSES:
         params = list(inspect.signature(cls.fetch).parameters)
         check(f"{cls.__name__}.fetch", params == ["self", "possibly_batched_index"],
@@ -152,13 +176,17 @@ def self_check() -> list[InternalCheck]:
 
     broken = [c for c in checks if not c.ok]
     if broken:
-        raise TorchInternalsChanged(
-            f"torch {torch.__version__} moved private DataLoader internals the lab's instrument uses: "
-            + "; ".join(f"{c.name} ({c.detail})" for c in broken)
-            + f". The lab pins torch=={PINNED_TORCH}: reinstall its environment (`make lab`), or update "
-            "helpers/timing/torch_internals.py for this torch."
-        )
+        raise _changed(broken)
     return checks
+
+
+def _changed(broken: list[InternalCheck]) -> TorchInternalsChanged:
+    return TorchInternalsChanged(
+        f"torch {torch.__version__} moved private DataLoader internals the lab's instrument uses: "
+        + "; ".join(f"{c.name} ({c.detail})" for c in broken)
+        + f". The lab pins torch=={PINNED_TORCH}: reinstall its environment (`make lab`), or update "
+        "helpers/timing/torch_internals.py for this torch."
+    )
 
 
 

@@ -154,7 +154,19 @@ def diagnose(
                   cores=cpu_limits().describe(),
                   receive_alone_s=_receive_alone(kept), others_busy=others_busy)
     d.recommendations = recommend(d, loader, device=device)
-    rounds = 2 if verify is True else int(verify)
+    follow_advice(loader, step, d, 2 if verify is True else int(verify), steps=steps, device=device,
+                  replay=replay, progress=progress)
+    return d
+
+
+def follow_advice(loader: DataLoader, step: Callable[[Any], Any] | None, d: Diagnosis, rounds: int = 2, *,
+                  steps: int = 200, device: Any = None, replay: int = 32,
+                  progress: bool | str = True) -> None:
+    """``diagnose(..., verify=rounds)`` after the fact: follow ``d``'s first recommendation that is a
+    loader setting with a prediction on a copy of ``loader``, diagnose the copy and measure it beside
+    the prediction; then the copy's own first one, ``rounds`` times at most. Appends to
+    :attr:`Diagnosis.followed` as each round ends, so that a round that raises (a copy whose new workers
+    cannot receive the dataset, say) leaves the rounds before it in ``d``."""
     current = (loader, d)
     for _ in range(rounds):
         following = next((r for r in current[1].recommendations
@@ -173,7 +185,6 @@ def diagnose(
         d.followed.append(Followed(following, before_s, after_s, noise, after,
                                    _model_gap(current[0], current[1], before_s, following)))
         current = (changed, after)
-    return d
 
 
 def _model_gap(loader: DataLoader, d: Diagnosis, before_s: float, following: Any) -> float:
