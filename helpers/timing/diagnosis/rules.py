@@ -198,7 +198,7 @@ def recommend(d: Diagnosis, loader: DataLoader, *, device: Any = None) -> list[R
     if main_bound:
         out.append(Recommendation(
             "main_process", "make the main process's share per batch smaller: fewer and smaller tensors per "
-            "batch (uint8, one stacked tensor), normalise on the device (notebooks 11, 14)",
+            "batch (uint8, one stacked tensor), normalise on the device (notebooks 19, 11, 14)",
             f"the main process spends {_ms(own_m)} per batch taking it in (measured alone), "
             f"{own_m / (y + own_m):.0%} of the loop's {_ms(y + own_m)} per step: no number of workers makes "
             "a step shorter than y + m"))
@@ -298,7 +298,7 @@ def recommend(d: Diagnosis, loader: DataLoader, *, device: Any = None) -> list[R
         advice = ("the loader keeps up: make the step faster, not the data" if taking_in < WORTH else
                   "the workers build each batch in time, and the loop's wait is its own work taking the "
                   f"batches in (m, {_ms(m)} per batch): no worker knob shortens it; make m smaller (fewer "
-                  "and larger tensors per batch, uint8: notebooks 11 and 14) or take it off the loop (a "
+                  "and larger tensors per batch, uint8: notebooks 19, 11 and 14) or take it off the loop (a "
                   "device prefetcher: notebook 07), and make the step faster")
         out.append(Recommendation(
             "none", advice,
