@@ -11,6 +11,7 @@ import inspect
 import math
 import os
 import pickle
+import re
 import sys
 import traceback
 from collections.abc import Callable
@@ -30,14 +31,23 @@ def load_target(target: str) -> tuple[DataLoader, Callable[[Any], Any] | None]:
     DataLoader, or ``(DataLoader, step)``); ``module:name`` may also name a DataLoader made at the
     module's top level, and ``path/to/file.py:function`` a file. Clear errors for each way it can be
     wrong."""
-    if target.count(":") != 1 or not all(target.split(":")):
+    module_name, colon, function_name = target.rpartition(":")  # C:\\proj\\train.py:make on Windows
+    if (not colon or not module_name or not function_name
+            or (":" in module_name and not _DRIVE.match(module_name))):
         raise SystemExit(f"expected module:function, e.g. my_module:make_loader — got {target!r}")
-    module_name, function_name = target.split(":")
     sys.path.insert(0, os.getcwd())
     module_name = _module_of_file(module_name)
     try:
         module = importlib.import_module(module_name)
-    except ModuleNotFoundError as error:
+    except ImportError as error:
+        own = _own_helpers() if error.name is not None and error.name.split(".")[0] == "helpers" else None
+        if own is not None:
+            raise SystemExit(
+                f"{module_name} imports {error.name}, from your project's {own}, but in this process "
+                f"`helpers` is the lab's package ({Path(__file__).parent}): Python imports one package of a "
+                "name. Rename your project's helpers (README, Troubleshooting)") from None
+        if not isinstance(error, ModuleNotFoundError):
+            raise SystemExit(_import_failed(module_name, error)) from None
         if error.name is not None and module_name.split(".")[0] == error.name.split(".")[0]:
             raise SystemExit(
                 f"no module named {module_name!r} here: run from the folder that holds "
@@ -46,13 +56,7 @@ def load_target(target: str) -> tuple[DataLoader, Callable[[Any], Any] | None]:
             f"{module_name} was found, but importing it failed: {error}. Install what it needs into this "
             f"Python ({sys.executable}), the one that runs the diagnosis") from None
     except Exception as error:  # noqa: BLE001 - the learner's module raised while importing
-        # Its traceback, without importlib's own frames, is what shows where: then one line to act on.
-        frames = [f for f in traceback.extract_tb(error.__traceback__)
-                  if not f.filename.startswith("<frozen") and f.filename != __file__]
-        sys.stderr.write("Traceback (most recent call last):\n" + "".join(traceback.format_list(frames))
-                         + "".join(traceback.format_exception_only(type(error), error)))
-        raise SystemExit(f"importing {module_name} raised {type(error).__name__} (the traceback above): "
-                         f"fix it in {module_name}, then run the diagnosis again") from None
+        raise SystemExit(_import_failed(module_name, error)) from None
     found = getattr(module, function_name, None)
     if isinstance(found, DataLoader):  # a loader made at the module's top level
         return found, None
@@ -83,18 +87,59 @@ def load_target(target: str) -> tuple[DataLoader, Callable[[Any], Any] | None]:
                      f"or (loader, step) where step is a function that takes a batch{wrap}")
 
 
+def _own_helpers() -> Path | None:
+    """A ``helpers`` module or package of the learner's on ``sys.path``, other than the lab's."""
+    lab = Path(__file__).resolve().parent
+    for entry in sys.path:
+        for found in (Path(entry or ".") / "helpers.py", Path(entry or ".") / "helpers"):
+            if found.exists() and found.resolve() != lab:
+                return found.resolve()
+    return None
+
+
+_DRIVE = re.compile(r"^[A-Za-z]:[\\/]")
+
+
+def _import_failed(module_name: str, error: BaseException) -> str:
+    """The learner's module raised while importing: its traceback, without importlib's own frames,
+    shows where (on stderr); then the one line to act on."""
+    machinery = os.path.dirname(importlib.__file__)
+    frames = [f for f in traceback.extract_tb(error.__traceback__)
+              if not f.filename.startswith("<frozen") and f.filename != __file__
+              and not f.filename.startswith(machinery)]
+    sys.stderr.write("Traceback (most recent call last):\n" + "".join(traceback.format_list(frames))
+                     + "".join(traceback.format_exception_only(type(error), error)))
+    return (f"importing {module_name} raised {type(error).__name__} (the traceback above): fix it in "
+            f"{module_name}, then run the diagnosis again")
+
+
 def _module_of_file(name: str) -> str:
     """A module's name as given, or, for a path to a ``.py`` file (``my_module.py``, ``src/train.py``,
-    ``./train.py``), the file's name with its folder put first on ``sys.path``."""
-    if not (name.endswith(".py") or "/" in name or os.sep in name):
+    ``./train.py``), the name to import it by: the file's own, or ``package.module`` for a file inside
+    packages (folders with ``__init__.py``, so that its relative imports work), with the folder above
+    them put first on ``sys.path``."""
+    if not (name.endswith(".py") or "/" in name or "\\" in name):
         return name
     path = Path(name if name.endswith(".py") else name + ".py")
     if not path.is_file():
         raise SystemExit(f"no file {str(path)!r} (from {os.getcwd()}): give a path to the .py file that "
                          "makes your loader, or its module's name (my_module:make_loader, run from the "
                          "folder that holds my_module.py)")
-    sys.path.insert(0, str(path.resolve().parent))
-    return path.stem
+    path = path.resolve()
+    if "." in path.stem:
+        raise SystemExit(f"{path.name}: Python imports no file whose name has a dot before .py; rename it "
+                         f"(e.g. {path.stem.replace('.', '_')}.py)")
+    parts, folder = [path.stem], path.parent
+    while (folder / "__init__.py").is_file():
+        parts.insert(0, folder.name)
+        folder = folder.parent
+    dotted = ".".join(parts)
+    loaded = sys.modules.get(dotted)
+    if loaded is not None and Path(getattr(loaded, "__file__", None) or "").resolve() != path:
+        raise SystemExit(f"{path} would be imported as {dotted!r}, a name this process already uses for "
+                         f"{getattr(loaded, '__file__', None) or 'a built-in module'}: rename the file")
+    sys.path.insert(0, str(folder))
+    return dotted
 
 
 def _required_arguments(function: Callable[..., Any]) -> list[str]:
@@ -109,11 +154,14 @@ def _required_arguments(function: Callable[..., Any]) -> list[str]:
 
 def _cannot_pickle(error: BaseException) -> bool:
     """Whether ``error`` is a worker start that could not send the dataset, collate_fn or
-    worker_init_fn to a spawned or forkserver worker (they travel pickled)."""
+    worker_init_fn to a spawned or forkserver worker (they travel pickled). An error a worker raised
+    ("Caught ... in DataLoader worker process", re-raised by PyTorch) is the learner's own code's."""
     text = str(error)
+    if text.startswith("Caught "):
+        return False
     return isinstance(error, pickle.PicklingError) or (
         isinstance(error, (AttributeError, TypeError))
-        and ("pickle" in text or "Can't get attribute" in text))
+        and any(words in text for words in ("cannot pickle", "Can't pickle", "Can't get attribute")))
 
 
 def _report_failed_follow(error: BaseException, loader: DataLoader, result: Any) -> None:
@@ -128,21 +176,26 @@ def _report_failed_follow(error: BaseException, loader: DataLoader, result: Any)
               else multiprocessing.get_start_method())
     from helpers.timing.recorder import NotImportable
 
-    hint = ("" if isinstance(error, NotImportable) else  # the lab's own check: its message names the fix
-            f"\nIts new workers start with {method!r}, which sends them the dataset, collate_fn and "
-            "worker_init_fn pickled: define each at the top level of a module (no lambda, no function or "
-            "class defined inside another function: README, Troubleshooting), and open files and connections "
-            "on first use in each worker, not in the dataset's __init__ (helpers/data/storage.py's "
-            "SqliteDataset does, notebook 08)." if _cannot_pickle(error) else
-            "\nThe error came from the changed loader, run as your training would run it with that "
-            "setting: fix it there, then diagnose again.")
+    if isinstance(error, NotImportable):
+        hint = ""  # the lab's own check: its message names the fix
+    elif _cannot_pickle(error) and method != "fork":
+        hint = (f"\nIts new workers start with {method!r}, which sends them the dataset, collate_fn and "
+                "worker_init_fn pickled: define each at the top level of a module (no lambda, no function or "
+                "class defined inside another function: README, Troubleshooting), and open files and "
+                "connections on first use in each worker, not in the dataset's __init__ "
+                "(helpers/data/storage.py's SqliteDataset does, notebook 08).")
+    else:
+        traceback.print_exception(type(error), error, error.__traceback__, file=sys.stderr)
+        hint = ("\nThe lab's own code raised it (the traceback above): a fault of the diagnosis, not of your "
+                "loader; the diagnosis above stands." if _raised_by_the_lab(error) else
+                "\nThe changed loader raised it (the traceback above), run as your training would run it "
+                "with that setting: fix it there, then diagnose again.")
     print(f"--verify: following {what} raised {type(error).__name__}: {error}{hint}", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog=(os.path.basename(sys.argv[0]) if sys.argv[0].endswith("dataloader-diagnose")
-              else "python -m helpers.diagnose"),
+        prog="python -m helpers.diagnose",
         description="Diagnose a DataLoader: headspace, waiting, where the time goes, recommendations.",
     )
     parser.add_argument("target", help="module:function returning a DataLoader, or (DataLoader, step); "

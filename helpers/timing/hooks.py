@@ -168,6 +168,7 @@ def _hooked_fetch(original):
 def install_worker_hooks() -> None:
     """Wrap the fetchers' ``fetch`` in this (worker) process; idempotent."""
     global _STATE
+    torch_internals.require()
     _STATE = _ProcessState()
     for cls in torch_internals.FETCHER_CLASSES:
         if not getattr(cls.fetch, "__dlllab_hooked__", False):

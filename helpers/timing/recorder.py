@@ -106,6 +106,7 @@ def record(
     if isinstance(loader.worker_init_fn, RecordingWorkerInit):
         raise RuntimeError("this loader is already being recorded (record() is not re-entrant)")
     step = step if step is not None else _no_step
+    torch_internals.require()  # a torch that renamed what the instrument wraps: say what, now
     check_importable(loader)
 
     batches: list[BatchRecord] = []

@@ -132,6 +132,14 @@ class InternalCheck:
     detail: str
 
 
+def require() -> None:
+    """Raise :class:`TorchInternalsChanged` naming each private name above that this torch lacks
+    (no loader runs: :func:`helpers.record` and each recording worker call it)."""
+    missing = [name for name, found in _PRIVATE.items() if found is None]
+    if missing:
+        raise _changed([InternalCheck(name, False, "not in this torch") for name in missing])
+
+
 def self_check() -> list[InternalCheck]:
     """Check every private name above against the installed torch, for real (a 0-worker and
     a 1-worker loader are iterated). Raises :class:`TorchInternalsChanged` naming what moved
@@ -141,9 +149,7 @@ def self_check() -> list[InternalCheck]:
     def check(name: str, ok: bool, detail: str) -> None:
         checks.append(InternalCheck(name, bool(ok), detail))
 
-    missing = [name for name, found in _PRIVATE.items() if found is None]
-    if missing:  # the checks below would use them
-        raise _changed([InternalCheck(name, False, "not in this torch") for name in missing])
+    require()  # the checks below use them
     for cls in FETCHER_CLASSES:
         params = list(inspect.signature(cls.fetch).parameters)
         check(f"{cls.__name__}.fetch", params == ["self", "possibly_batched_index"],
