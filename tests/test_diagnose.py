@@ -672,6 +672,23 @@ def test_a_verify_round_that_raises_keeps_the_diagnosis_and_names_the_fix(tmp_pa
         assert "Traceback" not in done.stderr, said
 
 
+@pytest.mark.untimed
+def test_verify_without_a_step_says_why_nothing_was_followed(tmp_path, monkeypatch, capsys):
+    # Without a step no worker count is derived, so --verify had nothing to follow and said nothing.
+    (tmp_path / "plain.py").write_text("from torch.utils.data import DataLoader\nimport helpers\n\n"
+                                       "def make():\n    return DataLoader(helpers.WorkDataset(8))\n")
+    from helpers.diagnose import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    try:
+        assert main(["plain:make", "--steps", "4", "--verify", "--trace", str(tmp_path / "t.json")]) == 0
+    finally:
+        sys.modules.pop("plain", None)
+    out = capsys.readouterr().out
+    assert "--verify: nothing to follow: without a step no worker count is derived (add --step-ms" in out, out
+
+
 def test_a_pickling_error_is_told_apart_from_other_errors_in_a_verify_round():
     import pickle
 
