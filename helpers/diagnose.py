@@ -278,8 +278,6 @@ def _raised_by_the_lab(error: BaseException) -> bool:
     """Whether ``error`` was raised in the lab's own code (a bad argument, an empty loader), not in
     the learner's dataset, ``collate_fn`` or step: with 0 workers PyTorch raises theirs as it is,
     with workers it re-raises it in the main process with the worker's traceback in its message."""
-    from pathlib import Path
-
     tb = error.__traceback__
     if tb is None:
         return False
