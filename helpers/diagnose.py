@@ -22,7 +22,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from helpers.timing import torch_internals
 from helpers.timing.diagnosis.rules import _describe_change
-from helpers.timing.diagnosis.run import diagnose, follow_advice
+from helpers.timing.diagnosis.run import diagnose, follow_advice, next_to_follow
 
 
 # -- command line ---------------------------------------------------------------------------------
@@ -166,15 +166,11 @@ def _cannot_pickle(error: BaseException) -> bool:
 
 def _report_failed_follow(error: BaseException, loader: DataLoader, result: Any) -> None:
     """After the diagnosis was printed: which advice, followed, raised, and what to do."""
-    advice = next((r for r in (result.followed[-1].after if result.followed else result).recommendations
-                   if r.change is not None and r.predicted_s is not None), None)
-    what = _describe_change(advice.change) if advice is not None else "the advice"
-    import multiprocessing
+    from helpers.timing.recorder import NotImportable, start_method_of
 
-    context = loader.multiprocessing_context
-    method = (context if isinstance(context, str) else context.get_start_method() if context is not None
-              else multiprocessing.get_start_method())
-    from helpers.timing.recorder import NotImportable
+    advice = next_to_follow(result.followed[-1].after if result.followed else result)
+    what = _describe_change(advice.change) if advice is not None else "the advice"
+    method = start_method_of(loader)
 
     if isinstance(error, NotImportable):
         hint = ""  # the lab's own check: its message names the fix

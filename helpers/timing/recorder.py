@@ -278,6 +278,15 @@ class NotImportable(TypeError):
     """Something the workers need cannot reach them under spawn or forkserver."""
 
 
+def start_method_of(loader: DataLoader) -> str:
+    """How the loader's workers start: its ``multiprocessing_context`` (PyTorch keeps it as a context
+    object), else this process's default."""
+    import multiprocessing
+
+    context = loader.multiprocessing_context
+    return context.get_start_method() if context is not None else multiprocessing.get_start_method()
+
+
 def check_importable(loader: DataLoader) -> None:
     """Raise :class:`NotImportable` naming the fix when the loader's workers start by spawn or
     forkserver and its dataset, sampler, ``collate_fn`` or ``worker_init_fn`` is a lambda, a
@@ -287,10 +296,7 @@ def check_importable(loader: DataLoader) -> None:
     "Can't get attribute ... on <module '__main__'>"). Under fork they are inherited, and fine."""
     if loader.num_workers == 0:
         return
-    context = loader.multiprocessing_context
-    import multiprocessing
-
-    method = context.get_start_method() if context is not None else multiprocessing.get_start_method()
+    method = start_method_of(loader)
     if method == "fork":
         return
     import __main__

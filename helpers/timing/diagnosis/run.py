@@ -169,8 +169,7 @@ def follow_advice(loader: DataLoader, step: Callable[[Any], Any] | None, d: Diag
     cannot receive the dataset, say) leaves the rounds before it in ``d``."""
     current = (loader, d)
     for _ in range(rounds):
-        following = next((r for r in current[1].recommendations
-                          if r.change is not None and r.predicted_s is not None), None)
+        following = next_to_follow(current[1])
         if following is None:
             break
         changed = with_changes(current[0], **following.change)
@@ -185,6 +184,12 @@ def follow_advice(loader: DataLoader, step: Callable[[Any], Any] | None, d: Diag
         d.followed.append(Followed(following, before_s, after_s, noise, after,
                                    _model_gap(current[0], current[1], before_s, following)))
         current = (changed, after)
+
+
+def next_to_follow(d: Diagnosis) -> Any:
+    """The recommendation :func:`follow_advice` follows next on ``d``: the first that is a loader
+    setting with a prediction (None when there is none)."""
+    return next((r for r in d.recommendations if r.change is not None and r.predicted_s is not None), None)
 
 
 def _model_gap(loader: DataLoader, d: Diagnosis, before_s: float, following: Any) -> float:
