@@ -101,9 +101,10 @@ def seconds(full_s: float) -> float:
 
 
 def available_cores() -> int:
-    """Effective cores, as whole cores (at least 1): the affinity mask capped by a cgroup CPU
-    quota (:mod:`helpers.cores`). ``helpers.effective_cores()`` gives the fraction (0.5 under
-    half a CPU); ``helpers.cpu_limits()`` says where each limit came from."""
+    """Effective cores, as a count of busy processes (at least 1): the affinity mask capped by a
+    cgroup CPU quota (:mod:`helpers.cores`), rounded up — the fewest processes that use all of
+    it (1.5 CPUs: 2). ``helpers.effective_cores()`` gives the CPUs themselves (1.5; 0.5 under half
+    a CPU); ``helpers.cpu_limits()`` says where each limit came from."""
     return cores.cpu_limits().whole
 
 

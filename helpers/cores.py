@@ -39,7 +39,7 @@ class CpuLimits:
     """The cores in the affinity mask and the tightest CPU quota over them.
 
     ``cores`` is what the lab sizes work from (a float: a quota can be half a CPU);
-    ``whole`` is it as a count of processes that each get a full core (at least 1)."""
+    ``whole`` is it as a count of busy processes: the fewest that can use all of it."""
 
     affinity: int
     affinity_source: str
@@ -52,8 +52,11 @@ class CpuLimits:
 
     @property
     def whole(self) -> int:
-        """The effective cores rounded down to whole cores, at least 1 (e.g. for a sweep of workers)."""
-        return max(1, math.floor(self.cores + 1e-9))
+        """The effective cores rounded up to a count of busy processes, at least 1 (a sweep of
+        workers, :func:`helpers.free_cores`): the fewest that can use all of the CPU. A quota is a
+        pool the group's processes share, so under 1.5 CPUs two busy processes get 0.75 each, 1.5
+        in all, where one would leave half a CPU unused; under half a CPU one process takes it all."""
+        return max(1, math.ceil(self.cores - 1e-9))
 
     @property
     def quota_limits(self) -> bool:

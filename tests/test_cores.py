@@ -171,7 +171,13 @@ def test_effective_cores_cap_the_affinity_and_describe_both():
     assert "capped by" in half.describe()
     wide = cores.CpuLimits(2, "os.sched_getaffinity", cores.CpuQuota(8.0, "cgroup v1 y"))
     assert wide.cores == 2.0 and not wide.quota_limits and "with a CPU quota of 8" in wide.describe()
-    assert cores.CpuLimits(4, "m", cores.CpuQuota(1.5, "q")).whole == 1
+    # A quota is a pool the group's processes share: under 1.5 CPUs it takes two busy processes to use
+    # it all (a count rounded down left half a CPU unused, and 04's and 14's checks then compared the
+    # 1.5x that two workers measured with one core's worth: red).
+    assert cores.CpuLimits(4, "m", cores.CpuQuota(1.5, "q")).whole == 2
+    assert cores.CpuLimits(4, "m", cores.CpuQuota(1.0, "q")).whole == 1
+    assert cores.CpuLimits(4, "m", cores.CpuQuota(0.25, "q")).whole == 1
+    assert cores.CpuLimits(4, "m", cores.CpuQuota(2.0000000001, "q")).whole == 2
 
 
 def test_available_cores_follow_the_quota(monkeypatch):

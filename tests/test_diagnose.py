@@ -230,6 +230,26 @@ def test_inside_a_quota_a_computing_fetch_is_judged_against_the_cpu_each_worker_
     assert "computing; each fetching process could get at most 50% of a core" in str(d)
 
 
+def test_inside_a_quota_of_one_and_a_half_cpus_two_computing_workers_are_advised_at_its_pace(quiet_machine,
+                                                                                           monkeypatch):
+    # A hub's cpu_limit of 1.5 on 2 cores: the group's processes share 1.5 CPUs. One computing worker
+    # would leave half a CPU unused (the count of busy processes rounded down advised 1); two deliver
+    # 1.5 fetches' worth per fetch time, not 2 (a prediction of n / 2 would be a quarter too fast).
+    from helpers import cores
+    from helpers.timing.diagnosis.result import Diagnosis
+    from helpers.timing.diagnosis.rules import recommend
+
+    loader = DataLoader(helpers.WorkDataset(48, item_cpu_s=0.01), batch_size=4)
+    d = _diagnose(loader, 0.01, steps=10)
+    monkeypatch.setattr(Diagnosis, "cpu_share", property(lambda self: 0.95))
+    quota = cores.CpuLimits(2, "os.sched_getaffinity", cores.CpuQuota(1.5, "cgroup v2 (a test)"))
+    _patch_diagnosis_cpu_limits(monkeypatch, quota)
+    assert d.computes(quota) and d.free_cores(quota) == 2
+    advice = next(r for r in recommend(d, loader) if r.knob == "num_workers")
+    assert advice.change == {"num_workers": 2} and "1.5 effective" in advice.because, advice
+    assert advice.predicted_s >= 0.999 * d.fetch_mean_s / 1.5, (advice, d.fetch_mean_s)
+
+
 def test_slow_batches_on_one_worker_get_in_order_false_and_spread_ones_a_deeper_prefetch():
     # One batch in 8 is 12× slower; with 4 workers in order every slow batch lands on worker 0. The
     # median fetch (16 ms) would find 4 workers plenty; the mean (38 ms) says 3 are needed: capacity is

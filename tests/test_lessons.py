@@ -410,7 +410,8 @@ def test_limits_checks_report_busy_cores_and_many_cores_as_premises():
 
     runs, data_paths, training = cpu_case()
     busy = limits.checks(runs, 2, 1.1, data_paths, training)  # another program holds a core
-    assert [c.passed for c in busy[:3]] == [None, None, None] and "1.10 of 2 cores" in busy[0].premise
+    assert [c.passed for c in busy[:3]] == [None, None, None]
+    assert "1.10 of 2 effective cores" in busy[0].premise
     assert busy[5].passed is None and "more processes win a larger share" in busy[5].premise
     # beside two busy programs 4 workers measured 1.52× of 2 (a larger share of shared cores)
     beside, _, _ = cpu_case(scaling_cores=4)
@@ -424,6 +425,23 @@ def test_limits_checks_report_busy_cores_and_many_cores_as_premises():
     many = limits.checks(runs, 16, 15.9, data_paths, training)  # 16 cores: 4 workers never exceed them
     assert many[3].passed is None and "16 cores" in many[3].premise
     assert "still growing" in limits.cpu_reading(limits.speedups(runs), 16, 15.9)
+
+
+def test_limits_checks_test_the_lesson_inside_a_quota_of_one_and_a_half_cpus():
+    # 2 cores, a quota of 1.5 CPUs (a hub's cpu_limit: 1.5): two busy processes get 1.5 CPUs in all, so
+    # 2, 3 and 4 workers speed CPU-bound loading up 1.5x, and free_cores(2) measures about 1.5.
+    from helpers.lessons import limits
+
+    runs, data_paths, training = cpu_case(scaling_cores=1.5)
+    checks = limits.checks(runs, 2, 1.48, data_paths, training, effective=1.5)
+    assert len(checks) == 6 and all(c.passed for c in checks), checks
+    # the same readings against the 2 cores the affinity mask shows: premises that name the wrong cause
+    unaware = limits.checks(runs, 2, 1.48, data_paths, training)
+    assert unaware[0].passed is None and "1.48 of 2 effective cores" in unaware[0].premise
+    # and the lesson checks can fail there: workers that scaled to 2 cores under a 1.5 quota
+    runs, data_paths, training = cpu_case(scaling_cores=2)
+    failed = failing(limits.checks(runs, 2, 1.48, data_paths, training, effective=1.5))
+    assert "CPU-bound, 2 workers: the speedup is the cores they can use, min(2, free cores)" in failed
 
 
 def test_limits_checks_report_a_quota_below_one_cpu_as_a_premise():
@@ -1821,6 +1839,24 @@ def test_images_premises_fail_without_free_or_effective_cores():
     assert beyond.passed is True
 
 
+def test_images_checks_inside_a_quota_of_one_and_a_half_cpus():
+    # 2 cores, a quota of 1.5 CPUs: the sweep goes to 3 workers (the count of busy processes is 2), two
+    # workers cannot each decode on a core (a premise, with the quota named), and a third adds nothing:
+    # tested, and red when it did add.
+    from helpers.lessons import images
+
+    rates = {0: 500.0, 1: 490.0, 2: 720.0, 3: 730.0}
+    inside = images.checks(**images_case(rates=rates, cores=2, cores_free=1.47, effective=1.5))
+    (scaling,) = [c for c in inside if "side by side" in c.claim]
+    assert scaling.passed is None and "1.5 effective cores" in scaling.premise
+    (beyond,) = [c for c in inside if "beyond the cores" in c.claim]
+    assert beyond.passed is True and "3 workers" in beyond.claim
+    rates[3] = 980.0
+    (beyond,) = [c for c in images.checks(**images_case(rates=rates, cores=2, cores_free=1.47, effective=1.5))
+                 if "beyond the cores" in c.claim]
+    assert beyond.passed is False
+
+
 def test_decode_rate_leaves_start_up_and_the_tail_out():
     # Two workers that came up 3 s apart, each decoding a batch of 32 in 0.1 s while both work: 640
     # images/s, as two workers side by side, however late the second one started; worker 0's batches
@@ -2402,9 +2438,38 @@ def test_main_process_checks_fail_when_the_lesson_is_false():
 
 
 def test_main_process_checks_report_starved_workers_as_a_premise():
-    checks = main_process_case(top_wait_share=0.4, sweep={5: 0.05}, cores=1.0)
+    checks = main_process_case(top_wait_share=0.4, sweep={5: 0.05}, cores=2.0)
     untested = [c for c in checks if c.passed is None]
     assert len(untested) == 1 and "waited for data 40%" in untested[0].premise
+
+
+def test_main_process_per_batch_reads_a_loss_every_8_steps_over_8_positions():
+    # 4 workers, the loss read every 8 steps: 7 intervals of 10 ms, then one of 70 ms (17.5 ms a batch).
+    # Read with one position per worker, the long intervals share position 3 with short ones: here 2 long
+    # and 3 short (the run's settled intervals start where they happen to), and the median is short.
+    from helpers.lessons import main_process
+    from helpers.timing.theory import PlannedBatch
+
+    ends, t = [], 0.0
+    for i in range(21):
+        t += 0.07 if i % 8 == 0 and i else 0.01
+        ends.append(t)
+    plan = [PlannedBatch(i, i % 4, 0.0, 0.0, end - 0.005, end) for i, end in enumerate(ends)]
+    runs = {"loss every 8 steps": helpers.as_timeline(plan, num_workers=4)}
+    assert main_process.per_batch(runs)["loss every 8 steps"] == pytest.approx(0.01)
+    read = main_process.per_batch(runs, every={"loss every 8 steps": 8})["loss every 8 steps"]
+    assert read == pytest.approx(0.0175)
+
+
+def test_main_process_gil_check_says_when_one_cpu_cannot_tell_turns_from_parallel_threads():
+    # Inside a 1-CPU quota 30 ms of GIL-holding work per batch takes 30 ms whether the threads take turns
+    # or would run side by side: the check (at least 29.5 ms here) would pass either way.
+    claim = "threads for work that holds the GIL: one batch at a time, at least its work"
+    (inside,) = [c for c in main_process_case(cores=1.0, gil_held_s=0.031) if c.claim == claim]
+    assert inside.passed is None and "on 1 CPU the 30 ms of work" in inside.premise
+    # on two CPUs it is tested, and threads that ran side by side fail it
+    assert claim in failing(main_process_case(cores=2.0, gil_held_s=0.016))
+    assert claim not in failing(main_process_case(cores=2.0, gil_held_s=0.031))
 
 
 def test_main_process_overlap_check_is_set_aside_only_when_the_quotas_stops_cover_the_shortfall():

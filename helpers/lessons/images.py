@@ -15,12 +15,13 @@ from ..classroom.checks import Check, at_least, at_most, premise_failed
 SCALES = 1.5
 
 
-def _too_few_cores(cores: int, cores_free: float, need_free: float) -> str:
-    if cores < 2:
-        return (f"{cores} effective core (helpers.cpu_limits: the affinity mask capped by any CPU quota): "
-                "two workers cannot decode side by side")
+def _too_few_cores(capacity: float, cores_free: float, need_free: float) -> str:
+    if capacity < need_free:
+        return (f"{capacity:g} effective core{'s' if capacity != 1 else ''} (helpers.cpu_limits: the "
+                "affinity mask capped by any CPU quota): two workers cannot each decode on a core of "
+                "their own")
     if cores_free < need_free:
-        return (f"{cores_free:.2f} cores measured free ({cores} effective): "
+        return (f"{cores_free:.2f} cores measured free ({capacity:g} effective): "
                 "two workers cannot decode side by side")
     return ""
 
@@ -33,10 +34,13 @@ def checks(
     threads: dict[str, dict[str, float]],
     shard: tuple[float, float] | None,
     cpu_per_image: dict[int, float] | None = None,
+    effective: float | None = None,
 ) -> list[Check]:
     """``rates``: decoding rates (:func:`helpers.decode_rate`, images/s) with 0.. workers;
-    ``cores``: the effective cores (:func:`helpers.available_cores`), where the sweep went to
-    ``cores + 1``; ``cores_free``: the cores measured free (:func:`helpers.free_cores`);
+    ``cores``: the effective cores as a count of busy processes (:func:`helpers.available_cores`),
+    where the sweep went to ``cores + 1``; ``effective``: the CPUs themselves
+    (:func:`helpers.effective_cores`: 1.5 under a quota of 1.5, where ``cores`` is 2; default
+    ``cores``); ``cores_free``: the cores measured free (:func:`helpers.free_cores`);
     ``threads``: per image size ("large", "tiny") decoding rates of "1 worker", "2 threads" (one
     worker, a pool in ``__getitems__``) and "2 workers"; ``shard``: seconds to read the same
     images from the store as one GET per file and as one GET of the shard (None: not run);
@@ -47,8 +51,9 @@ def checks(
     Decoding rates leave worker start-up out (spawned workers import torch and come up seconds
     apart on a slow machine), so no check needs a start-up premise."""
     out: list[Check] = []
-    need_free = min(2, cores) - 0.3
-    too_few = _too_few_cores(cores, cores_free, need_free)
+    capacity = min(float(cores), float(cores) if effective is None else effective)
+    need_free = 2 - 0.3  # two workers, a core each
+    too_few = _too_few_cores(capacity, cores_free, need_free)
     claim = f"2 workers decode side by side: at least {SCALES}× the images/s of 1"
     ratio = rates.get(2, float("nan")) / rates.get(1, float("nan"))
     if too_few:
@@ -72,13 +77,13 @@ def checks(
             what = (f"{what} images/s, {ratio:.2f}× as measured; CPU per image {cpu[cores] * 1e3:.2f} → "
                     f"{cpu[beyond] * 1e3:.2f} ms")
             ratio *= cpu[beyond] / cpu[cores]
-        if cores_free < cores - 0.3:
+        if cores_free < max(1.0, capacity) - 0.3:  # below one CPU: every run stopped alike (notebook 04)
             # with other programs busy, more processes win a larger share of the cores (notebook 04)
             out.append(
                 premise_failed(
                     claim,
                     f"{ratio:.2f}× ({what})",
-                    f"only {cores_free:.2f} of {cores} cores were "
+                    f"only {cores_free:.2f} of {max(1.0, capacity):g} effective cores were "
                     "free: more processes then win a larger share of them",
                 )
             )

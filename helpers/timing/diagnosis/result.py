@@ -105,8 +105,9 @@ class Diagnosis:
     others_busy: float | None = None
 
     def free_cores(self, limits: Any = None) -> int:
-        """Whole cores the workers can compute on: the effective cores (quota included), less
-        what other processes kept busy, rounded to the nearest core, at least 1."""
+        """Whole cores the workers can compute on: the effective cores (quota included) as a count
+        of busy processes (2 under 1.5 CPUs: :attr:`helpers.cores.CpuLimits.whole`), less what other
+        processes kept busy, rounded to the nearest core, at least 1."""
         limits = cpu_limits() if limits is None else limits
         if self.others_busy is None:
             return limits.whole

@@ -169,12 +169,14 @@ def recommend(d: Diagnosis, loader: DataLoader, *, device: Any = None) -> list[R
     else:
         fits = math.floor(capacity / share) if share else needed
         target = max(min(needed, fits), min(needed, workers + 1), 1)
-    # More workers only when the model's gain is worth a change (beats the run's own noise).
-    more_s = max(n / target, loop_s)
+    # More workers only when the model's gain is worth a change (beats the run's own noise). Computing
+    # workers share the CPU a quota allows: under 1.5 CPUs two deliver 1.5 fetches' worth, not 2 (below
+    # one CPU the run's own fetches were already stopped alike: n holds it).
+    more_s = max(n / (min(target, max(capacity, 1.0)) if cpu_bound else target), loop_s)
     worth = more_s <= (1 - WORTH) * d.steady_step_s
     # Filling the cores: as many computing workers as free cores, and busy (CPU used per second of run).
     workers_cpu = (d.cpu_share or 0.0) * n / d.steady_step_s if d.steady_step_s > 0 else 0.0
-    saturated = cpu_bound and workers >= cores and workers_cpu >= BUSY_WORKERS * cores
+    saturated = cpu_bound and workers >= cores and workers_cpu >= BUSY_WORKERS * max(capacity, 1.0)
     # The main process's own share, without workers competing for its core: when the cores are
     # full, m swells with waiting for one, and only the share measured alone says what is its own.
     own_m = m if d.receive_alone_s is None else min(m, d.receive_alone_s + max(m - parts[
