@@ -110,7 +110,10 @@ def _mounts(mountinfo: str) -> list[tuple[str, str, str, set[str]]]:
 
 
 def _within(mount_root: str, group: str) -> str | None:
-    """``group`` relative to the mount's root, or None when the mount does not contain it."""
+    """``group`` relative to the mount's root, or None when the mount does not contain it. A group
+    outside the process's cgroup namespace shows as ``/../x``: not below this mount either."""
+    if ".." in group.split("/"):
+        return None
     if mount_root == "/":
         return group.lstrip("/")
     if group == mount_root or group.startswith(mount_root.rstrip("/") + "/"):

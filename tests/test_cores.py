@@ -71,6 +71,51 @@ def test_v2_no_limit_and_an_ancestors_quota(tmp_path):
     assert quota.cpus == 1.0 and "hub/alice/cpu.max" in quota.source
 
 
+def test_the_tightest_quota_counts_wherever_it_sits_over_the_group(tmp_path):
+    # v2: the parent's half CPU limits a child that allows a whole one (not the first quota found going up)
+    v2 = fake_root(tmp_path / "v2", "0::/hub/alice/kernel\n", V2_MOUNTS, {
+        "/sys/fs/cgroup/hub/cpu.max": "50000 100000",
+        "/sys/fs/cgroup/hub/alice/cpu.max": "100000 100000",
+        "/sys/fs/cgroup/hub/alice/kernel/cpu.max": "max 100000",
+    })
+    quota = cores.cgroup_quota(v2)
+    assert quota.cpus == 0.5 and quota.source.endswith("/sys/fs/cgroup/hub/cpu.max = '50000 100000'")
+    # v1: a quota on an ancestor, none on the group itself
+    v1 = fake_root(tmp_path / "v1", "2:cpu,cpuacct:/hub/user\n", V1_MOUNTS, {
+        "/sys/fs/cgroup/cpu,cpuacct/hub/cpu.cfs_quota_us": "100000",
+        "/sys/fs/cgroup/cpu,cpuacct/hub/cpu.cfs_period_us": "100000",
+        "/sys/fs/cgroup/cpu,cpuacct/hub/user/cpu.cfs_quota_us": "-1",
+        "/sys/fs/cgroup/cpu,cpuacct/hub/user/cpu.cfs_period_us": "100000",
+    })
+    assert cores.cgroup_quota(v1).cpus == 1.0
+
+
+def test_a_mount_whose_root_is_the_containers_own_group(tmp_path):
+    # Docker on cgroup v1 without a cgroup namespace: /proc/self/cgroup names the host's path, and the
+    # container's mount shows only that group, its root being the same path: the quota is at the mount.
+    docker = V1_MOUNTS.replace("0:29 / /sys/fs/cgroup/cpu,cpuacct",
+                               "0:29 /docker/abc /sys/fs/cgroup/cpu,cpuacct")
+    v1 = fake_root(tmp_path / "v1", "2:cpu,cpuacct:/docker/abc\n", docker, {
+        "/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us": "150000",
+        "/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_period_us": "100000",
+    })
+    assert cores.cgroup_quota(v1).cpus == 1.5
+    # v2 the same way: the mount's root a pod's group, the process in a child of it
+    pod = V2_MOUNTS.replace("0:27 / /sys/fs/cgroup", "0:27 /kubepods/x /sys/fs/cgroup")
+    v2 = fake_root(tmp_path / "v2", "0::/kubepods/x/c1\n", pod, {
+        "/sys/fs/cgroup/cpu.max": "200000 100000",
+        "/sys/fs/cgroup/c1/cpu.max": "max 100000",
+    })
+    assert cores.cgroup_quota(v2).cpus == 2.0
+    # a group outside the mount's root is not below it: no quota read from the wrong folder
+    other = fake_root(tmp_path / "other", "0::/elsewhere\n", pod, {"/sys/fs/cgroup/cpu.max": "50000 100000"})
+    assert cores.cgroup_quota(other) is None
+    # nor a group outside the process's cgroup namespace ("/../x"): its quota is not the namespace root's
+    outside = fake_root(tmp_path / "outside", "0::/../x\n", V2_MOUNTS,
+                        {"/sys/fs/cgroup/cpu.max": "50000 100000"})
+    assert cores.cgroup_quota(outside) is None
+
+
 def test_hybrid_v2_without_a_cpu_controller_reads_v1(tmp_path):
     root = fake_root(tmp_path, "1:cpu:/lab-quota\n0::/\n", V1_MOUNTS.replace("cpu,cpuacct", "cpu"), {
         "/sys/fs/cgroup/cpu/lab-quota/cpu.cfs_quota_us": "100000",
