@@ -98,8 +98,9 @@ notebooks: $(STAMP)
 stress: $(STAMP)
 	$(BIN)/python scripts/stress.py --competitors 1 -- $(MAKE) --no-print-directory notebooks
 
-# The smoke notebooks inside a CPU quota, as a class server's cpu_limit sets one (QUOTA=0.5 for half a
-# CPU). Needs Linux and root (or a delegated cgroup v2 subtree); says so and exits 3 where it cannot.
+# The smoke notebooks inside a CPU quota, as a class server's cpu_limit sets one (QUOTA=1.5 between whole
+# CPUs, QUOTA=0.5 for half a CPU). Needs Linux and root (or a delegated cgroup v2 subtree); says so and
+# exits 3 where it cannot.
 QUOTA ?= 1
 quota: $(STAMP)
 	$(BIN)/python scripts/quota.py --cpus $(QUOTA) -- $(MAKE) --no-print-directory notebooks

@@ -112,13 +112,13 @@ def _mounts(mountinfo: str) -> list[tuple[str, str, str, set[str]]]:
 def _within(mount_root: str, group: str) -> str | None:
     """``group`` relative to the mount's root, or None when the mount does not contain it. A group
     outside the process's cgroup namespace shows as ``/../x``: not below this mount either."""
-    if ".." in group.split("/"):
-        return None
     if mount_root == "/":
-        return group.lstrip("/")
-    if group == mount_root or group.startswith(mount_root.rstrip("/") + "/"):
-        return group[len(mount_root):].lstrip("/")
-    return None
+        relative: str | None = group.lstrip("/")
+    elif group == mount_root or group.startswith(mount_root.rstrip("/") + "/"):
+        relative = group[len(mount_root):].lstrip("/")
+    else:
+        relative = None
+    return None if relative is None or ".." in relative.split("/") else relative
 
 
 def _v2_quota(folder: Path) -> CpuQuota | None:

@@ -260,7 +260,8 @@ def machine() -> str:
     from helpers.system import describe_machine
 
     info = describe_machine()
-    return (f"{info['cores']} cores, {info['accelerator'] or 'no GPU'}, torch {info['torch']}, "
+    return (f"{info['effective_cores']:g} effective cores, {info['accelerator'] or 'no GPU'}, "
+            f"torch {info['torch']}, "
             f"workers started by {info['start_method']}")
 
 

@@ -126,7 +126,7 @@ def _patch_diagnosis_cpu_limits(monkeypatch, limits):
     from helpers.timing.diagnosis import result, rules, run
 
     real = cores.cpu_limits()
-    if real.whole < limits.whole:
+    if real.cores < limits.cores:
         # Inside a CPU quota the workers' CPU share and the main process's wait no longer read as
         # they would on the cores this test pretends to have: its premise fails, so it says so.
         pytest.skip(f"this test pretends {limits.describe()}; this machine has {real.describe()}")

@@ -92,7 +92,9 @@ def checks(
             premise_failed(
                 claim,
                 f"{speedup[most]:.2f}× with {most} workers",
-                f"this machine has {cores} cores: no more workers than cores were tried",
+                f"this machine has {cores} cores: no more workers than cores were tried" if capacity == cores
+                else f"{capacity:g} effective CPUs take {cores} busy processes: no more workers than that "
+                "were tried",
             )
         )
     else:

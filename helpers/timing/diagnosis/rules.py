@@ -228,8 +228,8 @@ def recommend(d: Diagnosis, loader: DataLoader, *, device: Any = None) -> list[R
                           f"and more would wait for a core; past {target} make each sample cheaper to load "
                           "(notebooks 04, 14)")
             elif needed > cores:
-                beyond = (f"; more workers than the {cores} effective cores is fine: the fetches wait rather "
-                          "than compute" + cpu)
+                beyond = (f"; more workers than the {capacity:g} effective cores is fine: the fetches wait "
+                          "rather than compute" + cpu)
             else:
                 beyond = cpu
             out.append(Recommendation("num_workers", f"num_workers={target} (now {workers})"
