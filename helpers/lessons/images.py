@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 
 from ..classroom.checks import Check, at_least, at_most, premise_failed
+from .limits import effective_cpus
 
 #: The least speedup that counts as "scales" on two free cores (perfect is 2×; batching,
 #: collate and the main process take some of the second core).
@@ -51,7 +52,7 @@ def checks(
     Decoding rates leave worker start-up out (spawned workers import torch and come up seconds
     apart on a slow machine), so no check needs a start-up premise."""
     out: list[Check] = []
-    capacity = min(float(cores), float(cores) if effective is None else effective)
+    capacity = effective_cpus(cores, effective)
     need_free = 2 - 0.3  # two workers, a core each
     too_few = _too_few_cores(capacity, cores_free, need_free)
     claim = f"2 workers decode side by side: at least {SCALES}× the images/s of 1"

@@ -14,6 +14,12 @@ def speedups(runs: dict[int, Timeline]) -> dict[int, float]:
     return {x: base / time_per_batch_after_startup(tl) for x, tl in runs.items()}
 
 
+def effective_cpus(cores: int, effective: float | None) -> float:
+    """The CPUs a sweep's busy processes can get: ``effective`` (a quota of 1.5: 1.5), at most the
+    ``cores`` they were counted as; ``cores`` itself when not given."""
+    return float(cores) if effective is None else min(float(cores), effective)
+
+
 def _startup_dominates(cpu_runs: dict[int, Timeline], x: int) -> str:
     """Why the run with ``x`` workers cannot show a CPU-bound speedup, or "" when it can."""
     startup = cpu_runs[x].worker_startup_s()
@@ -59,7 +65,7 @@ def checks(
     # What the sweep's busy processes can get: the effective CPUs (a quota of 1.5 shares 1.5 CPUs among
     # however many processes). At least one: below a CPU every run is stopped alike, the 0-worker loop
     # too, and ``cores_free`` then reads the shortfall.
-    capacity = max(1.0, min(float(cores), float(cores) if effective is None else effective))
+    capacity = max(1.0, effective_cpus(cores, effective))
     out = []
     for x in sorted(speedup):
         if x < 2:
@@ -111,9 +117,8 @@ def checks(
             out.append(premise_failed(
                 claim, f"{speedup[most] / speedup[at_cores]:.2f}×",
                 f"only {cores_free:.2f} of {capacity:g} effective cores were free for busy processes "
-                f"(changing by "
-                f"{free_change:.2f} during the runs): beside other programs more workers win a larger "
-                "share of the shared cores, which is not the cores adding up"))
+                f"(changing by {free_change:.2f} during the runs): beside other programs more workers win a "
+                "larger share of the shared cores, which is not the cores adding up"))
         else:
             out.append(
                 at_most(
