@@ -300,6 +300,38 @@ def test_a_late_second_worker_is_start_up_not_a_reason_to_deepen_the_prefetch(qu
     assert d.steady_data_wait_share < 0.05 and d.knobs() == ["none"], str(d)
 
 
+def test_fetches_that_vary_within_the_queues_lead_get_no_deeper_prefetch(quiet_machine, monkeypatch):
+    # CI (2026-11-28) advised prefetch_factor for 2 workers whose fetches took a median 1.0 ms, a 90th
+    # percentile 2.1 ms, against a 20 ms step: the loop had waited past the 5 % line for a reason of the
+    # machine's own, and the fetches "varied". A batch is asked for workers × prefetch_factor batches
+    # ahead, about 3 steps (60 ms) here: a 2 ms fetch is hidden. A 100 ms one is not.
+    from dataclasses import replace
+
+    from diagnose_loaders import DictItems, PairSampler
+
+    from helpers.timing.diagnosis.result import Diagnosis
+    from helpers.timing.diagnosis.rules import recommend
+
+    loader = DataLoader(DictItems(48), batch_sampler=PairSampler(48), num_workers=2)
+    d = _diagnose(loader, 0.02, steps=12)
+    monkeypatch.setattr(Diagnosis, "steady_data_wait_share", property(lambda self: 0.06))
+    monkeypatch.setattr(Diagnosis, "steady_wait_share", property(lambda self: 0.08))
+    measured = list(d.timeline.batches)
+
+    def knobs(slow_s: float) -> list[str]:
+        # each worker's first two batches slow (4 of 12, half on each worker), the rest 1 ms
+        seen: dict[int, int] = {}
+        batches = []
+        for b in measured:
+            seen[b.worker] = seen.get(b.worker, 0) + 1
+            batches.append(replace(b, fetch_end=b.fetch_start + (slow_s if seen[b.worker] <= 2 else 0.001)))
+        d.timeline.batches = batches
+        return [r.knob for r in recommend(d, loader)]
+
+    assert knobs(0.0021) == ["none"], str(d)
+    assert knobs(0.100) == ["prefetch_factor"], str(d)
+
+
 def test_loaders_of_every_kind_get_the_advice_a_careful_engineer_would_give(quiet_machine):
     from diagnose_loaders import DictItems, PairSampler
 
@@ -336,7 +368,11 @@ def test_loaders_of_every_kind_get_the_advice_a_careful_engineer_would_give(quie
     }
     for name, (loader, step_s, knobs) in cases.items():
         d = _diagnose(loader, step_s, steps=12)
-        assert d.knobs() == knobs and d.steps == 12, (name, str(d))
+        # A loader that keeps up gets no knob. Where the machine itself stalls the loop for batches not
+        # yet built past the 10 % line (a slower, busier one), "unexplained" (read the timeline) is the
+        # careful answer too; a knob is not (CI, 2026-11-28: a deeper prefetch, fixed in the rules).
+        expected = [knobs, ["unexplained"]] if knobs == ["none"] else [knobs]
+        assert d.knobs() in expected and d.steps == 12, (name, str(d))
         if knobs == ["num_workers"]:
             # A second worker: 8 ms of waits per batch against the 5 ms step (the dicts: 12 ms, see above,
             # giving 3, or 2 where the main process takes over 1.4 ms per batch). The sizing rule

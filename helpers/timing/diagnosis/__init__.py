@@ -15,10 +15,12 @@ speed limit of the loop), and reports:
   workers from the sizing rule x = ⌈n / (y + m)⌉ with the *mean* fetch (notebook 02), capped by
   the effective cores, less what other processes keep busy, when the fetch computes (04, 14), and
   when it mostly waits at as many fetches as those cores can compute for at once (⌊cores / CPU share⌋);
-  ``in_order=False`` when slow batches land on one worker and a deeper prefetch when they are
-  spread (03, 09); persistent workers when start-up is a large share (05); pinning when the copy
-  is (06); a cheaper collate when busy workers spend their time there (08); the main process's
-  share when it, not the workers, bounds the step (11). More workers only when the model saves at
+  ``in_order=False`` when slow batches land on one worker and a deeper prefetch when they are spread
+  (03, 09), either only when they outlast the lead the queue gives them (workers × prefetch_factor
+  batches ahead) or a worker falls behind its turn; persistent workers when start-up is a large
+  share (05); pinning when the copy is (06); a cheaper collate when busy workers spend their time
+  there (08); the main process's share when it, not the workers, bounds the step (11). More workers
+  only when the model saves at
   least ``WORTH`` of a step; an ``IterableDataset`` is told the sharding more workers need.
 
 ``verify=True`` then follows the advice: it applies the first recommendation that is a
