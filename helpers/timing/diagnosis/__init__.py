@@ -20,8 +20,8 @@ speed limit of the loop), and reports:
   batches ahead) or a worker falls behind its turn; persistent workers when start-up is a large
   share (05); pinning when the copy is (06); a cheaper collate when busy workers spend their time
   there (08); the main process's share when it, not the workers, bounds the step (11). More workers
-  only when the model saves at
-  least ``WORTH`` of a step; an ``IterableDataset`` is told the sharding more workers need.
+  only when the model saves at least ``WORTH`` of a step; an ``IterableDataset`` is told the
+  sharding more workers need.
 
 ``verify=True`` then follows the advice: it applies the first recommendation that is a
 ``DataLoader`` setting to a copy of the loader, runs again, reports the measured time per step
