@@ -9,6 +9,7 @@ import pytest
 
 import helpers
 from helpers import cores
+from helpers.timing.analysis import settled_intervals_and_stops
 
 V1_MOUNTS = """\
 31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
@@ -197,10 +198,15 @@ def test_record_reads_the_quotas_stops_per_epoch_inside_iter_and_up_to_the_first
         assert e.stopped_to_first_s == pytest.approx(0.002)
         assert e.stopped_s == pytest.approx(0.005 + 0.008 + 0.040)
     assert tl.stopped_s == pytest.approx(2 * 0.053)
+    # each batch: from its epoch's iter() to its step's end (iter 5 ms, 2 ms per batch, 10 ms per step),
+    # so each interval between steps holds the next batch's loading and its step
+    assert [b.stopped for b in tl.batches] == pytest.approx([0.017, 0.029, 0.041, 0.053] * 2)
+    assert [stops for _, stops in settled_intervals_and_stops(tl)] == pytest.approx([0.012] * 6)
     # without a quota nothing is read, and the timeline says so with None
     monkeypatch.setattr(recorder, "quota_stat_files", lambda: [])
     plain = helpers.record(DataLoader(list(range(8)), batch_size=2), epochs=1)
     assert plain.epochs[0].stopped_s is None and plain.stopped_s is None
+    assert {b.stopped for b in plain.batches} == {None}
     # a counter that is not a number: no reading, not a crash inside record()
     stat.write_text("nr_periods 1\nthrottled_usec many\n")
     assert cores.stopped_s([stat]) is None

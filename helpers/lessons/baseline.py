@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+import statistics
+
 from ..classroom.checks import Check, at_least, margin_s, near, premise_failed, timing_noise_s
-from ..timing.analysis import cycle, per_batch_s, settled_intervals, stops_per_batch_s
+from ..timing.analysis import cycle, per_batch_s, settled_intervals, settled_intervals_and_stops
 from ..timing.theory import recommend_num_workers, step_time
 from ..timing.timeline import Timeline
 
@@ -58,20 +61,24 @@ def checks(runs: dict[int, Timeline], item_wait_s: float, step_s: float) -> list
         reading = two_worker_reading(runs[2])
         short_claim = "2 workers: the short interval is the step alone"
         long_claim = "2 workers: the long interval is n − y (waiting for the next pair)"
-        ready = runs[2].epochs[0].worker_ready
-        lag = ready.get(1, 0.0) - ready.get(0, 0.0)
-        if lag > y + margin_s(y, 0.3, noise):
-            # Worker 1 delivers its batches `lag` after worker 0's for the whole run: the pair's
-            # phase, not the step, sets the short interval (seen once under forkserver, whose
-            # workers each import torch and can come up far apart on 2 busy cores).
-            why = (f"worker 1 was ready {lag:.3f} s after worker 0, more than a step ({y:.3f} s): that "
-                   "lag, not the step, separates each pair of batches")
+        lag = pair_lag_s(runs[2])
+        if lag is not None and lag > y + margin_s(y, 0.3, noise):
+            # Worker 1 builds its batches `lag` after worker 0's for the whole run (each fetches back to
+            # back, so a late start or a late first fetch keeps its lag): the pair's phase, not the
+            # step, sets the short interval. Seen under forkserver, whose workers each import torch and
+            # can come up far apart on 2 busy cores; and inside half a CPU beside a busy process: the
+            # short interval 80 ms against 50 ± 15 with no stop of the quota within it. Judged by when
+            # the batches were built, not when the workers came up: there worker 1 was up 84 ms after
+            # worker 0 in a run whose pairs were built 9 ms apart, and the claim held (52 ms).
+            why = (f"worker 1 built each batch {lag:.3f} s after worker 0 built the one before it (the "
+                   f"median over the pairs), more than a step ({y:.3f} s): that lag, not the step, "
+                   "separates each pair of batches")
             out.append(premise_failed(short_claim, f"{reading['short_s'] * 1e3:.1f} ms", why))
             out.append(premise_failed(long_claim, f"{reading['long_s'] * 1e3:.1f} ms", why))
         else:
-            stops = stops_per_batch_s(runs[2])
-            out.append(_near_unless_stopped(short_claim, reading["short_s"], y, 0.3, noise, stops))
-            out.append(_near_unless_stopped(long_claim, reading["long_s"], n - y, 0.2, noise, stops))
+            short, long_ = pair_positions(runs[2])
+            out.append(_near_where_unstopped(short_claim, short, y, 0.3, noise))
+            out.append(_near_where_unstopped(long_claim, long_, n - y, 0.2, noise))
         out.append(at_least("2 workers: while the loop steps on a batch, a worker builds the one after next",
                             reading["overlap_s"], 0.5 * y, what="half a step of overlap"))
     recommended = recommend_num_workers(n, y)
@@ -123,21 +130,51 @@ def checks(runs: dict[int, Timeline], item_wait_s: float, step_s: float) -> list
     return out
 
 
-def _near_unless_stopped(claim: str, measured: float, expected: float, rel: float, noise: float,
-                         stops: float | None) -> Check:
-    """:func:`near`, unless it misses by no more than the quota's stops per batch of the run
-    (:func:`stops_per_batch_s`; None: no quota): then a failed premise that names them. make quota
-    QUOTA=0.5, the twelfth session: "the short interval is the step alone" 78.5 ms against 50 ± 15 -
-    a stop of the whole group lengthens whichever interval it falls in (and the pair's other one
-    shortens)."""
-    check, tolerance = near(claim, measured, expected, rel=rel, noise_s=noise), margin_s(expected, rel, noise)
-    off = abs(measured - expected) - tolerance
-    if check.passed is False and stops is not None and stops >= off:
-        return premise_failed(claim, check.measured,
-                              f"a CPU quota stopped this process's group for {stops * 1e3:.1f} ms a batch in "
-                              f"this run (cgroup cpu.stat, summed over the cores), at least the "
-                              f"{off * 1e3:.1f} ms the interval is off by beyond the tolerance")
-    return check
+def pair_lag_s(tl: Timeline) -> float | None:
+    """In a 2-worker run, how long after worker 0 built a batch worker 1 built the next one (the
+    median over the pairs, s; None: no such pair). In phase, about 0: the pair arrives together."""
+    by_index = {(b.epoch, b.index): b for b in tl.batches}
+    lags = [b.fetch_end - before.fetch_end for b in tl.batches
+            if b.worker == 1 and (before := by_index.get((b.epoch, b.index - 1))) is not None
+            and before.worker == 0]
+    return statistics.median(lags) if lags else None
+
+
+def pair_positions(tl: Timeline) -> tuple[list[tuple[float, float | None]], list[tuple[float, float | None]]]:
+    """A 2-worker run's settled intervals at each position of the pair (every other interval), each
+    with the CPU quota's stops within it (:func:`settled_intervals_and_stops`): the position whose
+    median is shorter first. Their medians are :func:`two_worker_reading`'s ``short_s``, ``long_s``."""
+    pairs = settled_intervals_and_stops(tl)
+    first, second = pairs[0::2], pairs[1::2]
+    def median(position):
+        return statistics.median(interval for interval, _ in position)
+    return (first, second) if median(first) <= median(second) else (second, first)
+
+
+def _near_where_unstopped(claim: str, position: list[tuple[float, float | None]], expected: float, rel: float,
+                          noise: float) -> Check:
+    """:func:`near` on the median of one position's intervals (:func:`pair_positions`). Under a CPU
+    quota an interval off by more than the tolerance, within which the quota stopped the group, is
+    set aside: a stop lengthens the interval it falls in (the step's wake-up waits for the next
+    period) and the rest are judged; fewer than 2 left, the premise failed. make quota QUOTA=0.5
+    read "the short interval is the step alone" at 78.5 ms (the twelfth session) and 76.2 ms (the
+    twenty-third) against 50 ± 15; the second time the quota's stops per batch, a mean over the whole
+    run, were smaller than the miss: the stops fell in some intervals, not in all."""
+    intervals = [interval for interval, _ in position]
+    tolerance = margin_s(expected, rel, noise)
+    kept = [interval for interval, stops in position if not (stops and abs(interval - expected) > tolerance)]
+    if len(kept) == len(position):
+        return near(claim, statistics.median(intervals), expected, rel=rel, noise_s=noise)
+    aside = len(position) - len(kept)
+    if len(kept) < 2:
+        return premise_failed(claim, f"{statistics.median(intervals) * 1e3:.1f} ms",
+                              f"a CPU quota stopped this process's group within {aside} of the "
+                              f"{len(position)} intervals, each off by more than the "
+                              f"{tolerance * 1e3:.0f} ms allowed (cgroup cpu.stat): fewer than 2 left to "
+                              "judge")
+    check = near(claim, statistics.median(kept), expected, rel=rel, noise_s=noise)
+    return dataclasses.replace(check, measured=f"{check.measured}; {aside} of {len(position)} intervals set "
+                               "aside: each off, and a CPU quota stopped the group within it")
 
 
 def first_batch_after_start_s(tl: Timeline) -> float:

@@ -57,12 +57,21 @@ def settled_intervals(tl: Timeline, settle_s: float = 0.0) -> list[float]:
     """Intervals between loop iterations once every worker of their epoch was up, and
     ``settle_s`` more (s). Under ``spawn`` and ``forkserver`` workers become ready one after
     another, seconds apart; the pattern a lesson reads is the one after that."""
+    return [interval for interval, _ in settled_intervals_and_stops(tl, settle_s)]
+
+
+def settled_intervals_and_stops(tl: Timeline, settle_s: float = 0.0) -> list[tuple[float, float | None]]:
+    """:func:`settled_intervals`, each with how long a CPU quota stopped this process's group within
+    it (s, summed over the cores; :attr:`BatchRecord.stopped`), or None without a quota."""
     out = []
     for epoch in tl.epochs:
         ready = max(epoch.worker_ready.values(), default=epoch.iter_start) + settle_s
-        ends = [b.step_end for b in tl.epoch_batches(epoch.epoch)]
-        out.extend(later - earlier for earlier, later in zip(ends, ends[1:], strict=False)
-                   if earlier >= ready)
+        batches = tl.epoch_batches(epoch.epoch)
+        for earlier, later in zip(batches, batches[1:], strict=False):
+            if earlier.step_end >= ready:
+                stops = (None if earlier.stopped is None or later.stopped is None
+                         else later.stopped - earlier.stopped)
+                out.append((later.step_end - earlier.step_end, stops))
     return out
 
 

@@ -167,9 +167,9 @@ def record_fastest(runs: dict[Any, Callable[[], Timeline]], rounds: int = 2, *,
 
 
 def _record_epoch(loader, step, epoch, t0, batches, max_batches, device, wrap, on_batch, bar, stat_files):
-    # Under a CPU quota, the quota's stops are read around the epoch, when iter() returns and when the
-    # first batch is in hand (each reading is one small file, ~20 µs: inside the first batch's wait and
-    # its step, outside every other interval); without one, nothing is read here.
+    # Under a CPU quota, the quota's stops are read around the epoch, when iter() returns, when the
+    # first batch is in hand and after each step (each reading is one small file, ~20 µs, on the
+    # loop's path then); without one, nothing is read here.
     stopped_start = stopped_s(stat_files)
     iter_start = clock()
     iterator = iter(loader)
@@ -229,6 +229,7 @@ def _record_epoch(loader, step, epoch, t0, batches, max_batches, device, wrap, o
         wait_for_step()  # a CUDA step is asynchronous: its end is when its work is done
         del data, item
         step_end = clock()
+        stopped_now = stopped_s(stat_files) if stat_files else None
         if first_ready is None:
             first_ready = ready
         if stamped.worker != MAIN_PROCESS and stamped.worker_ready >= iter_start:
@@ -241,7 +242,8 @@ def _record_epoch(loader, step, epoch, t0, batches, max_batches, device, wrap, o
             sent=_since(stamped.sent, t0), received_start=_since(stamped.received_start, t0),
             received_end=_since(stamped.received_end, t0),
             pin_start=_since(stamped.pin_start, t0), pin_end=_since(stamped.pin_end, t0),
-            copy_end=_since(copy_end, t0), fetch_cpu_s=stamped.fetch_cpu, collate_s=stamped.collate_s)
+            copy_end=_since(copy_end, t0), fetch_cpu_s=stamped.fetch_cpu, collate_s=stamped.collate_s,
+            stopped=_between(stopped_start, stopped_now))
         batches.append(record_)
         del stamped
         if bar is not None:
