@@ -300,36 +300,70 @@ def test_a_late_second_worker_is_start_up_not_a_reason_to_deepen_the_prefetch(qu
     assert d.steady_data_wait_share < 0.05 and d.knobs() == ["none"], str(d)
 
 
+def _with_fetches(d, fetch_s):
+    """``d``'s timeline with each batch's fetch lasting ``fetch_s(worker, its count of batches so far)``
+    s, all of it waiting (no CPU: the advice then turns on the times alone)."""
+    from dataclasses import replace
+
+    seen: dict[int, int] = {}
+    batches = []
+    for b in d.measured_batches:
+        seen[b.worker] = seen.get(b.worker, 0) + 1
+        fetch = fetch_s(b.worker, seen[b.worker])
+        batches.append(replace(b, fetch_end=b.fetch_start + fetch, fetch_cpu_s=0.0))
+    d.timeline.batches = batches
+    return d
+
+
+def _waiting_diagnosis(monkeypatch, loader, step_s, steps):
+    """A real run of ``loader``, then read as if the loop had waited 6 % for batches not yet built."""
+    from helpers.timing.diagnosis.result import Diagnosis
+
+    d = _diagnose(loader, step_s, steps=steps)
+    monkeypatch.setattr(Diagnosis, "steady_data_wait_share", property(lambda self: 0.06))
+    monkeypatch.setattr(Diagnosis, "steady_wait_share", property(lambda self: 0.08))
+    d.measured_batches = list(d.timeline.batches)
+    return d
+
+
 def test_fetches_that_vary_within_the_queues_lead_get_no_deeper_prefetch(quiet_machine, monkeypatch):
     # CI (2026-11-28) advised prefetch_factor for 2 workers whose fetches took a median 1.0 ms, a 90th
     # percentile 2.1 ms, against a 20 ms step: the loop had waited past the 5 % line for a reason of the
-    # machine's own, and the fetches "varied". A batch is asked for workers × prefetch_factor batches
-    # ahead, about 3 steps (60 ms) here: a 2 ms fetch is hidden. A 100 ms one is not.
-    from dataclasses import replace
-
+    # machine's own, and the fetches "varied". A batch's index is sent workers × prefetch_factor steps
+    # before the loop asks for it, 4 steps (about 85 ms) here: a 2 ms fetch is hidden. A 100 ms one is
+    # not, and 3 deep covers it (⌈100 / (2 × 21)⌉). The slow ones are each worker's third and fifth,
+    # sent in the steady state (the first two per worker are sent by iter() itself: start-up).
     from diagnose_loaders import DictItems, PairSampler
 
-    from helpers.timing.diagnosis.result import Diagnosis
     from helpers.timing.diagnosis.rules import recommend
 
     loader = DataLoader(DictItems(48), batch_sampler=PairSampler(48), num_workers=2)
-    d = _diagnose(loader, 0.02, steps=12)
-    monkeypatch.setattr(Diagnosis, "steady_data_wait_share", property(lambda self: 0.06))
-    monkeypatch.setattr(Diagnosis, "steady_wait_share", property(lambda self: 0.08))
-    measured = list(d.timeline.batches)
+    d = _waiting_diagnosis(monkeypatch, loader, 0.02, 12)
 
-    def knobs(slow_s: float) -> list[str]:
-        # each worker's first two batches slow (4 of 12, half on each worker), the rest 1 ms
-        seen: dict[int, int] = {}
-        batches = []
-        for b in measured:
-            seen[b.worker] = seen.get(b.worker, 0) + 1
-            batches.append(replace(b, fetch_end=b.fetch_start + (slow_s if seen[b.worker] <= 2 else 0.001)))
-        d.timeline.batches = batches
-        return [r.knob for r in recommend(d, loader)]
+    def advice(slow_s: float) -> list:
+        _with_fetches(d, lambda worker, k: slow_s if k in (3, 5) else 0.001)
+        return recommend(d, loader)
 
-    assert knobs(0.0021) == ["none"], str(d)
-    assert knobs(0.100) == ["prefetch_factor"], str(d)
+    assert [r.knob for r in advice(0.0021)] == ["none"], str(d)
+    deeper = advice(0.100)
+    assert [r.knob for r in deeper] == ["prefetch_factor"], str(d)
+    assert deeper[0].change == {"prefetch_factor": 3}, deeper[0]
+
+
+def test_a_worker_behind_its_turn_gets_in_order_false_though_no_fetch_outlasts_the_lead(quiet_machine,
+                                                                                       monkeypatch):
+    # 4 workers, a 15 ms step: worker 0 takes 70 ms a batch, the others 16 ms. No fetch outlasts the
+    # lead (4 × 2 steps, about 130 ms), but worker 0's turn comes every 4 steps (about 65 ms) and each of
+    # its batches takes longer: in order, the loop waits behind it however deep the queue.
+    from helpers.timing.diagnosis.rules import recommend
+
+    loader = DataLoader(helpers.WorkDataset(96), batch_size=1, num_workers=4)
+    d = _waiting_diagnosis(monkeypatch, loader, 0.015, 24)
+    _with_fetches(d, lambda worker, k: 0.070 if worker == 0 else 0.016)
+    assert [r.knob for r in recommend(d, loader)] == ["in_order"], str(d)
+    # the same worker within its turn (55 ms): hidden, no knob
+    _with_fetches(d, lambda worker, k: 0.055 if worker == 0 else 0.016)
+    assert [r.knob for r in recommend(d, loader)] == ["none"], str(d)
 
 
 def test_loaders_of_every_kind_get_the_advice_a_careful_engineer_would_give(quiet_machine):

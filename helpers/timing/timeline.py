@@ -43,10 +43,7 @@ class BatchRecord:
     #: when loading computes, near 0 when it waits (disk, network, a sleep)
     fetch_cpu_s: float | None = None
     collate_s: float | None = None  #: seconds of the fetch spent in ``collate_fn``, where it ran
-    #: under a CPU quota, how long the quota had stopped this process's group from the epoch's
-    #: ``iter()`` to this batch's step end (s; cgroup ``cpu.stat``, summed over the cores, a stop
-    #: counted when it ends: ``helpers.cores.stopped_s``); None: no quota
-    stopped: float | None = None
+    stopped: float | None = None  #: a CPU quota's stops, from iter() to this step's end (s; None: none)
 
     @property
     def wait_s(self) -> float:

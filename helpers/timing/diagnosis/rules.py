@@ -253,15 +253,17 @@ def recommend(d: Diagnosis, loader: DataLoader, *, device: Any = None) -> list[R
                 {"num_workers": target}, more_s))
     elif input_bound and workers > 0 and len(tl.batches) >= 10 and not main_bound:
         median, p90, slow = _slow_batches(tl)
-        # Slow fetches make the loop wait only when one outlasts the lead the queue gives it (a batch
-        # is asked for when the one workers × prefetch_factor places ahead is taken, about that many
-        # steps less one before the loop needs it), or when a worker's fetches, slow ones among them,
-        # take longer on average than its turn comes round (workers steps). Otherwise they are hidden
-        # already: CI (2026-11-28) read a 2.1 ms 90th percentile against 80 ms of lead, beside a wait
-        # of the machine's own, as spread and advised a deeper prefetch.
-        lead_s = (workers * (loader.prefetch_factor or 2) - 1) * loop_s
-        if median > 0 and p90 / median >= SPREAD and slow and (
-                p90 > lead_s or _slowest_worker_mean(tl) > workers * loop_s):
+        # Slow fetches make the loop wait only when one outlasts the lead the queue gives it, or when
+        # a worker's fetches, slow ones among them, take longer on average than its turn comes round
+        # (every `workers` steps). The lead: a batch's index is sent when the batch workers ×
+        # prefetch_factor places before it is handed to the loop (_process_data → _try_put_index),
+        # that many steps before the loop asks for it. Otherwise they are hidden already: CI
+        # (2026-11-28) read a 2.1 ms 90th percentile against 80 ms of lead, beside a wait of the
+        # machine's own, as spread and advised a deeper prefetch.
+        depth = loader.prefetch_factor or 2
+        outlasts = p90 > workers * depth * loop_s
+        behind = _slowest_worker_mean(tl) > workers * loop_s
+        if median > 0 and p90 / median >= SPREAD and slow and (outlasts or behind):
             worker, count = max(slow.items(), key=lambda kv: kv[1])
             total = sum(slow.values())
             spread = f"fetch times vary: 90th percentile {_ms(p90)}, median {_ms(median)}"
@@ -280,8 +282,10 @@ def recommend(d: Diagnosis, loader: DataLoader, *, device: Any = None) -> list[R
                     "first is on a slow one" + _shard_caveat(loader, 2),
                     f"{spread}; one worker gets every slow batch",
                     {"num_workers": 2}, max(n / 2, loop_s)))
-            else:
-                depth = math.ceil((loader.prefetch_factor or 2) * p90 / median)
+            elif outlasts:
+                # deep enough that the lead covers the 90th percentile (a worker behind on average is
+                # not helped by a deeper queue: it is capacity, not order)
+                depth = math.ceil(p90 / (workers * loop_s))
                 out.append(Recommendation(
                     "prefetch_factor", f"prefetch_factor={depth} (now {loader.prefetch_factor}): start the "
                     "slow fetches earlier", f"{spread}, spread over {len(slow)} workers; on average the "
