@@ -179,6 +179,7 @@ def checks(runs: dict[bool, Timeline], step_s: float,
     fifo, free = runs[True], runs[False]
     noise = timing_noise_s([b.step_s for tl in runs.values() for b in tl.batches])
     worst = longest_wait(fifo)
+    worst_s = data_wait_s(fifo, worst)
     stats = {io: tail(tl) for io, tl in runs.items()}
     # The tail is compared once every worker is up (after_startup): before that the loop waits on
     # whichever worker has started, which is start-up's tail (notebook 05), largest inside a CPU quota.
@@ -195,8 +196,7 @@ def checks(runs: dict[bool, Timeline], step_s: float,
         ),
         at_most(
             "out of order, the longest wait is under half the in-order one",
-            data_wait_s(free, longest_wait(free)) / data_wait_s(fifo, worst) if data_wait_s(fifo, worst) > 0
-            else math.inf,
+            data_wait_s(free, longest_wait(free)) / worst_s if worst_s > 0 else math.inf,
             0.5,
             unit="×",
         ),
@@ -220,8 +220,8 @@ def checks(runs: dict[bool, Timeline], step_s: float,
     out = [
         holds(
             "in order, the loop waits on a straggler while later batches are already built",
-            data_wait_s(fifo, worst) > 2 * step_s and fifo.blocked_behind(worst) >= 2,
-            f"waited {data_wait_s(fifo, worst) * 1e3:.0f} ms for batch {worst.index} with "
+            worst_s > 2 * step_s and fifo.blocked_behind(worst) >= 2,
+            f"waited {worst_s * 1e3:.0f} ms for batch {worst.index} with "
             f"{fifo.blocked_behind(worst)} later batches ready",
         ),
         *tail_checks,

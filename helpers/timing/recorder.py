@@ -229,7 +229,7 @@ def _record_epoch(loader, step, epoch, t0, batches, max_batches, device, wrap, o
         wait_for_step()  # a CUDA step is asynchronous: its end is when its work is done
         del data, item
         step_end = clock()
-        stopped_now = stopped_s(stat_files) if stat_files else None
+        stopped_now = stopped_s(stat_files)  # None without a quota
         if first_ready is None:
             first_ready = ready
         if stamped.worker != MAIN_PROCESS and stamped.worker_ready >= iter_start:
