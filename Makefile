@@ -60,8 +60,8 @@ untimed: $(STAMP)
 # The notebooks the browser test runs to the end (Run All, every cell's outputs checked as nbmake
 # checks them) are not run again here; `make notebooks` runs them all.
 # The timing tests are collected from all of tests/: collecting only their own files (~3 s less) made a
-# diagnosis test red in 2 of 3 fresh clones. Its workers, forked from a pytest process that had imported
-# fewer modules, ran a full garbage collection (~90 ms) inside a 6 ms fetch (RUNS.md).
+# diagnosis test red: its workers, forked from a pytest process that had imported fewer modules, can
+# run a full garbage collection (~90 ms) inside a 6 ms fetch.
 timed: $(STAMP)
 	$(BIN)/python -m pytest -m "timing" -q
 	$(NBMAKE) $(filter-out $(BROWSER_NOTEBOOKS),$(TIMED_NOTEBOOKS))

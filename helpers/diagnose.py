@@ -192,7 +192,7 @@ def _report_failed_follow(error: BaseException, loader: DataLoader, result: Any)
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m helpers.diagnose",
-        description="Diagnose a DataLoader: headspace, waiting, where the time goes, recommendations.",
+        description="Diagnose a DataLoader: headroom, waiting, where the time goes, recommendations.",
     )
     parser.add_argument("target", help="module:function returning a DataLoader, or (DataLoader, step); "
                         "module:name of a DataLoader made at the module's top level; "

@@ -52,8 +52,8 @@ def use_start_method() -> str:
     of the temporary folder writes and removes a probe file there
     (``tempfile._get_default_tempdir``). A worker shut down with a batch still in its queue's
     sending thread can exit in the middle of that probe: a 0-byte file with an 8-character name
-    stays in the temporary folder (seen once, in a fresh clone's browser tests, which run
-    notebook 05's spawn loaders; Python's ``queues.py`` sends from a daemon thread, and PyTorch's
+    stays in the temporary folder (the browser tests can hit it: they run notebook 05's spawn
+    loaders; Python's ``queues.py`` sends from a daemon thread, and PyTorch's
     ``_worker_loop`` exits without waiting for it, ``cancel_join_thread()``). Every worker
     started afterwards inherits this folder and makes none, so it never probes."""
     method = config.start_method()

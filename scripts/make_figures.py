@@ -358,7 +358,7 @@ def diagnose(where: str) -> None:
     for ax, (name, d) in zip(axes, diagnoses.items(), strict=True):
         advice = "; ".join(short(r) for r in d.recommendations)
         helpers.plot_timeline(d.timeline, ax, label_batches=False, legend=False,
-                              title=f"loader {name}: headspace {d.headspace:.2f}× → {advice}")
+                              title=f"loader {name}: headroom {d.headroom:.2f}× → {advice}")
         ax.set_xlabel("")
     axes[-1].set_xlabel("time since the recording started (s)")
     timeline_legend(fig, [d.timeline for d in diagnoses.values()])
@@ -366,7 +366,7 @@ def diagnose(where: str) -> None:
     fig.suptitle(wrap(heading, fig, margin_in=3.2), x=0.01, ha="left", fontsize=TEXT_PT)  # beside the legend
     save(fig, "diagnose_mysteries.png", where)
     for name, d in diagnoses.items():
-        print(name, d.knobs(), f"headspace {d.headspace:.2f}")
+        print(name, d.knobs(), f"headroom {d.headroom:.2f}")
 
 
 def distributed(where: str) -> None:

@@ -1,5 +1,5 @@
 """The notebook client's wait for a cell's reply, polled in slices: a workaround for a missed
-wake-up that cost `make test` 300 s in about half its runs (RUNS.md, "A stalled notebook client"),
+wake-up that can cost `make test` 300 s (a stalled notebook client),
 and `make handouts` up to its 900 s cell timeout.
 
 nbclient (nbmake's and scripts/handouts.py's notebook runner) waits for a cell's reply with one

@@ -4,6 +4,7 @@ Each notebook's title is its first markdown heading; its one-line summary, GPU n
 measured run times (``scripts/run_times.py``) are in its metadata under ``dataloader_lab``.
 The overview deck (``notebooks/overview.ipynb``: slides only, no run time, no handout) is not a
 lesson and has no row: README links it above the table.
+The core path (``CORE``) is written into README.md with its measured total run time.
 ``--write`` updates README.md and INSTRUCTORS.md between their markers; ``--check`` exits 1
 when either is stale (a test runs it).
 """
@@ -19,6 +20,9 @@ START, END = "<!-- notebooks:start -->", "<!-- notebooks:end -->"
 
 
 GUIDE_START, GUIDE_END = "<!-- run-times:start -->", "<!-- run-times:end -->"
+CORE_START, CORE_END = "<!-- core-path:start -->", "<!-- core-path:end -->"
+#: The core path: the notebooks a learner with an idle GPU, or a two-hour class, works through.
+CORE = ["00b", "01", "02", "03", "05", "06", "07", "16"]
 
 
 def _notebooks(root: Path) -> list[tuple[Path, str, dict]]:
@@ -48,6 +52,23 @@ def table(root: Path = ROOT) -> str:
     return "\n".join(rows)
 
 
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
+
+
+def core_path(root: Path = ROOT) -> str:
+    """The core path as links, with its measured Run All time in both modes (summed)."""
+    found = {path.name.split("_")[0]: (path, meta) for path, _, meta in _notebooks(root)}
+    links = " → ".join(f"[{n}](notebooks/{found[n][0].name})" for n in CORE)
+    times = [found[n][1].get("run_time_s") for n in CORE]
+    if not all(times):
+        return f"**The core path:** {links}."
+    full, quick = sum(t["full"] for t in times), sum(t["quick"] for t in times)
+    return (f"**The core path:** {links}. Running every cell takes {_minutes(full)} at full size and "
+            f"{_minutes(quick)} in quick mode (measured: {times[0]['machine']}). With reading, voting and "
+            "the exercises, plan about two hours.")
+
+
 def guide_table(root: Path = ROOT) -> str:
     rows = ["| notebook | full size | quick mode (`QUICK=1`) | measured on |", "|---|---|---|---|"]
     for path, heading, meta in _notebooks(root):
@@ -66,14 +87,15 @@ def render(text: str, body: str, start: str = START, end: str = END) -> str:
 
 def main(argv: list[str]) -> int:
     stale = []
-    for path, body, start, end in [(ROOT / "README.md", table(), START, END),
-                                   (ROOT / "INSTRUCTORS.md", guide_table(), GUIDE_START, GUIDE_END)]:
-        current = path.read_text()
-        wanted = render(current, body, start, end)
+    for path, parts in [(ROOT / "README.md", [(table(), START, END), (core_path(), CORE_START, CORE_END)]),
+                        (ROOT / "INSTRUCTORS.md", [(guide_table(), GUIDE_START, GUIDE_END)])]:
+        current = wanted = path.read_text()
+        for body, start, end in parts:
+            wanted = render(wanted, body, start, end)
         if "--write" in argv:
             path.write_text(wanted)
         elif current != wanted:
-            stale.append(f"{path.name}'s notebook table is stale: run `make readme`")
+            stale.append(f"{path.name}'s notebook table or core path is stale: run `make readme`")
     print("\n".join(stale) or table())
     return 1 if stale else 0
 

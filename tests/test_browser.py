@@ -99,8 +99,8 @@ def serve_lab(tmp_path_factory):
            "results": base / "results", "root": root}
     # Each kernel stopped on its own first, one at a time: at the server's shutdown they stop all at
     # once, and a kernel that needed longer than the server waits (5 s) on 2 busy cores was killed
-    # before Python's clean-up removed its multiprocessing folder (a fresh clone's make test: a
-    # pymp-* folder left in the temporary folder after the browser tests).
+    # before Python's clean-up removed its multiprocessing folder (a pymp-* folder left in the
+    # temporary folder after the browser tests).
     try:
         with urllib.request.urlopen(f"{url}/api/kernels?token={token}", timeout=10) as listing:
             kernels = [k["id"] for k in json.loads(listing.read())]

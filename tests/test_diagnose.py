@@ -42,9 +42,9 @@ def test_a_loader_that_keeps_up_gets_no_data_knob(monkeypatch):
     loader = DataLoader(helpers.WorkDataset(512, item_wait_s=0.002), batch_size=16, num_workers=2)
     d = helpers.diagnose(loader, helpers.ModelledStep(0.03), steps=24, progress=False)
     assert d.knobs() == ["none"], str(d)
-    assert d.headspace < 1.5 and d.steady_wait_share < 0.1
+    assert d.headroom < 1.5 and d.steady_wait_share < 0.1
     assert d.recommendations[0].advice.startswith("the loader keeps up"), str(d)
-    # A fresh clone's dict loader: the loop waited 57 % after the first batch, 2 % of it for batches not
+    # A dict loader whose loop waits 57 % after the first batch, 2 % of it for batches not
     # yet built. Still no worker knob, but not "the loader keeps up": the wait is the loop's own.
     from helpers.timing.diagnosis.result import Diagnosis
     from helpers.timing.diagnosis.rules import recommend
@@ -289,7 +289,7 @@ def quiet_machine(monkeypatch):
 
 
 def test_a_late_second_worker_is_start_up_not_a_reason_to_deepen_the_prefetch(quiet_machine):
-    # A fresh clone's run on a slow machine (2026-11-28) advised prefetch_factor for a loader whose
+    # On a slow machine the diagnosis could advise prefetch_factor for a loader whose
     # batches cost ~2 ms against a 20 ms step: its second worker's first batch came late (the workers
     # are forked one after another), the wait crossed the 5 % line, and the first fetches were the slow
     # ones. Here worker 1's first fetch waits 60 ms; every later batch is ready long before it is taken.
@@ -373,7 +373,7 @@ def test_loaders_of_every_kind_get_the_advice_a_careful_engineer_would_give(quie
 
     # (loader, step in s, the knobs the advice must be); fetches that wait 8 ms (dicts: 12 ms) per batch
     # against a 5 ms step need more workers; loaders whose samples cost nothing keep up with it. The dicts
-    # wait 12 ms, not 8: in one fresh clone's run the loop waited 57 % after the first batch, only 2 % for
+    # wait 12 ms, not 8: at 8 ms the loop can wait 57 % after the first batch, only 2 % for
     # batches not yet built (the rest: the main process taking each batch in), so the worker's 8 ms kept
     # ahead of the loop and the diagnosis said "none"; at 12 ms the worker is the bound either way. Not 16:
     # a 16 ms batch (n ~ 16.8 ms here, m ~ 0.65 ms) sits on the rule's edge, n / (y + m) = 2.97, and CI
@@ -391,7 +391,7 @@ def test_loaders_of_every_kind_get_the_advice_a_careful_engineer_would_give(quie
         "pin_memory, no accelerator": (DataLoader(helpers.WorkDataset(48, item_shape=(8,)), batch_size=4,
                                                   pin_memory=True), 0.02, ["none"]),
         # 20 ms for the same reason: each sample crosses from the worker on its own (0.3-0.4 ms on the
-        # slower kind), 7 % of a 5 ms step in one fresh clone's run ("unexplained" where "none" was
+        # slower kind), up to 7 % of a 5 ms step ("unexplained" where "none" is
         # expected); the case is about batch_size=None, not the 5 % line.
         "no batching, 1 worker": (DataLoader(helpers.WorkDataset(24), batch_size=None, num_workers=1), 0.02,
                                   ["none"]),

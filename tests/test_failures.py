@@ -32,8 +32,8 @@ held = open(path, "wb")  # like a browser: it holds 16 MiB of /dev/shm open
 if what == "frees":
     held.write(bytes(16 << 20))
     held.flush()
-# the pid in whole or not at all: the test reads "ready" as soon as it exists (a fresh clone's make test
-# once read it empty, created and not yet written)
+# the pid in whole or not at all: the test reads "ready" as soon as it exists (it can be
+# read empty, created and not yet written)
 ready = os.path.join(os.path.dirname(done), "ready")
 with open(ready + ".part", "w") as f:
     f.write(str(os.getpid()))
@@ -97,7 +97,7 @@ def test_shm_monitor_counts_the_runs_segments_and_not_what_other_programs_do_in_
     assert not path.exists()
     # At most 6 batches in flight (2 workers x prefetch 2, the one the loop holds, the one next()
     # returns), each a segment of its bytes plus a header (file_system), which a mapping counts to its
-    # last page: a fresh clone's run once read 6 batches + 4416 bytes (a page and 5 x 64).
+    # last page: 6 batches + 4416 bytes (a page and 5 x 64) is a reading within the bound.
     assert batch_bytes <= shm.peak_extra_bytes <= (2 * 2 + 2) * (batch_bytes + mmap.PAGESIZE)
 
 

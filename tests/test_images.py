@@ -131,8 +131,8 @@ def test_gpu_decode_rate_measures_both(jpegs):
 
 @pytest.mark.untimed
 def test_record_best_interleaves_the_rounds_and_keeps_the_faster_run(monkeypatch):
-    # fc16 (a fresh clone's make test): one slow run of 2 workers (663 images/s against 3 workers'
-    # 780) decided "workers beyond the cores add nothing". A disturbance only slows a run down.
+    # One slow run of 2 workers (663 images/s against 3 workers'
+    # 780) would decide "workers beyond the cores add nothing". A disturbance only slows a run down.
     from types import SimpleNamespace
 
     from helpers.data import images

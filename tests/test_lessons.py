@@ -78,9 +78,9 @@ def with_interval_stops(tl, stopped_in, later_by=None):
 
 
 def test_baseline_pair_intervals_off_are_set_aside_only_where_the_quota_stopped_the_group():
-    # make quota QUOTA=0.5: "the short interval is the step alone" 78.5 ms (the twelfth session) and
-    # 76.2 ms (the twenty-third) against 50 ± 15; the second time the quota's stops per batch, a mean
-    # over the run, were smaller than the miss: they fell in some intervals, and those set the median.
+    # Inside half a CPU "the short interval is the step alone" can read 76-79 ms against 50 ± 15
+    # while the quota's stops per batch, a mean over the run, are smaller than the miss: they fall in
+    # some intervals, and those set the median.
     short_claim = "2 workers: the short interval is the step alone"
     long_claim = "2 workers: the long interval is n − y (waiting for the next pair)"
     runs = simulated_runs()
@@ -142,8 +142,8 @@ def test_baseline_first_batch_late_is_set_aside_only_when_the_quotas_stops_cover
 
 
 def test_baseline_first_batch_early_is_set_aside_only_when_iter_returned_late_within_the_stops():
-    # make quota QUOTA=0.5, the twelfth session: 126.9 ms against 200 ± 30 - iter() had sent the first
-    # indices, was stopped, and returned while the worker was already loading
+    # Inside half a CPU: 126.9 ms against 200 ± 30 - iter() has sent the first
+    # indices, is stopped, and returns while the worker is already loading
     claim = "2 workers: the first batch comes one whole batch load after iter() has started every worker " \
             "and its own worker is up"
     runs = simulated_runs()
@@ -1253,9 +1253,9 @@ def test_in_order_tails_are_compared_once_every_worker_is_up():
 
 
 def test_in_order_tails_leave_the_loops_own_garbage_collection_out():
-    # make start-methods, spawn (the twenty-fourth session): out of order the loop waited 97-124 ms for
-    # one 20 ms batch, 3 runs in 3 in the notebook's kernel: a full garbage collection of the main
-    # process (103-124 ms, recorded as a pause) fell inside that wait. The longest wait read 0.84-0.90x
+    # Under spawn, in the notebook's kernel, out of order the loop can wait 97-124 ms for
+    # one 20 ms batch: a full garbage collection of the main
+    # process (103-124 ms, recorded as a pause) falls inside that wait. The longest wait then reads 0.84-0.90x
     # the in-order straggler's and the p99 0.59x (at most 0.5x: red). The same wait without a pause is
     # the data's, and fails.
     from helpers.lessons import in_order
@@ -2119,8 +2119,8 @@ def test_resume_out_of_order_premise_fails_when_the_order_happened_to_match():
 
 # -- 16 diagnose ----------------------------------------------------------------------------------
 class _FakeDiagnosis:
-    def __init__(self, knobs, headspace=3.0, steady=0.6):
-        self._knobs, self.headspace = knobs, headspace
+    def __init__(self, knobs, headroom=3.0, steady=0.6):
+        self._knobs, self.headroom = knobs, headroom
         self.wait_share = self.steady_wait_share = steady
         self.recommendations = []
 
@@ -2243,7 +2243,7 @@ def test_diagnosis_fed_check_reports_workers_still_starting_as_a_premise():
 def test_diagnosis_checks_fail_when_the_diagnosis_misses_or_disagrees():
     from helpers.lessons import diagnosis
 
-    mysteries = {"A": _FakeDiagnosis(["prefetch_factor"], headspace=1.1),
+    mysteries = {"A": _FakeDiagnosis(["prefetch_factor"], headroom=1.1),
                  "B": _FakeDiagnosis(["num_workers"]),
                  "C": _FakeDiagnosis(["none"])}
     checks = diagnosis.checks(mysteries, {"A": "num_workers", "B": "collate_fn", "C": "persistent_workers"},

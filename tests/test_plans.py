@@ -35,12 +35,14 @@ def _section(text: str, heading: str) -> str:
 
 
 def plan_rows(guide: str) -> list[list[str]]:
-    """The cells of every table row in the guide's "Course plans" section (header rows left out)."""
+    """The cells of every table row of the plans: the 90-minute class on the first page and the
+    "Course plans" section (header rows left out)."""
     rows = []
-    for line in _section(guide, "## Course plans").splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if line.startswith("|") and cells[0] not in ("min", "") and not set(cells[0]) <= set("-"):
-            rows.append(cells)
+    for heading in ("## The 90-minute class", "## Course plans"):
+        for line in _section(guide, heading).splitlines():
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if line.startswith("|") and cells[0] not in ("min", "") and not set(cells[0]) <= set("-"):
+                rows.append(cells)
     return rows
 
 
@@ -91,10 +93,28 @@ def test_the_plans_cite_the_measured_run_times():
 
 # -- instructor notes ------------------------------------------------------------------------------
 def note(path: Path) -> str:
-    cells = [c for c in json.loads(path.read_text())["cells"]
-             if "".join(c["source"]).startswith(slides.NOTES_MARK)]
-    assert len(cells) == 1, f"{path.name}: one instructor's note"
-    return "".join(cells[0]["source"])
+    """The guide's note for a notebook: the "*In class.*" paragraph of its section in INSTRUCTORS.md
+    (not in the notebook: a learner reads every cell, and a note gives the vote away)."""
+    guide = GUIDE.read_text()
+    start = guide.index(f"\n### Notebook {_number(path)}\n")
+    section = guide[start:re.search(r"\n##+ ", guide[start + 1:]).start() + start + 1]
+    found = [p for p in re.split(r"\n\s*\n", section) if p.startswith("*In class.*")]
+    assert len(found) == 1, f"{path.name}: one '*In class.*' note in its section of INSTRUCTORS.md"
+    return found[0].removeprefix("*In class.*").strip()
+
+
+def test_the_90_minute_class_is_the_guides_first_page():
+    guide = GUIDE.read_text()
+    first_page = guide[:guide.index("\n## ", guide.index("## The 90-minute class") + 1)]
+    assert "## The 90-minute class" in guide[:200], "the guide opens with the 90-minute class"
+    assert len(first_page.split()) <= 600, f"the first page has {len(first_page.split())} words"
+    assert "| min | notebook |" in first_page and "- [ ]" in first_page, "the plan and the checklist"
+    planned = {row[1] for row in plan_rows(first_page + "\n## Course plans\n")}
+    cards = set(re.findall(r"^- \*\*(\d\d\w?)\*\* ·", first_page, re.M))
+    assert planned - {"break", ""} == cards, "a card for each notebook of the plan"
+    for card in re.split(r"\n(?=- \*\*)", first_page[first_page.index("**The cards.**"):
+                                                     first_page.index("**The day before.**")])[1:]:
+        assert len(card.strip().splitlines()) <= 5, f"a card of more than five lines: {card[:40]}"
 
 
 def longest_shared_words(a: str, b: str) -> tuple[int, str]:

@@ -232,3 +232,66 @@ def test_make_test_skips_in_nbmake_exactly_the_notebooks_the_browser_test_runs_t
     browser = {f"notebooks/{name}" for name in [*explored, *presented]}
     assert set(_make_variable("BROWSER_NOTEBOOKS")) == browser
     assert "$(filter-out $(BROWSER_NOTEBOOKS),$(TIMED_NOTEBOOKS))" in (ROOT / "Makefile").read_text()
+
+
+# -- README: the front door; docs/: the reference ---------------------------------------------------
+README_PROSE_WORDS = 1500
+
+
+def readme_prose_words(text: str) -> int:
+    """README's words outside code blocks and the generated notebook table."""
+    text = re.sub(r"```.*?```", " ", text, flags=re.S)
+    text = re.sub(r"<!-- notebooks:start -->.*?<!-- notebooks:end -->", " ", text, flags=re.S)
+    return len(text.split())
+
+
+def test_readme_is_short():
+    words = readme_prose_words((ROOT / "README.md").read_text())
+    assert words <= README_PROSE_WORDS, f"README has {words} words of prose: move reference to docs/"
+    assert readme_prose_words("a b\n```python\nc d e\n```\n<!-- notebooks:start -->\nf g\n<!-- notebooks:end -->") == 2
+
+
+def test_every_relative_link_in_readme_and_docs_resolves():
+    pages = [ROOT / "README.md", ROOT / "INSTRUCTORS.md", *sorted((ROOT / "docs").glob("*.md"))]
+    for page in pages:
+        for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text()):
+            if re.match(r"[a-z]+:", target) or target.startswith("#"):
+                continue
+            path = target.split("#")[0]
+            assert (page.parent / path).exists(), f"{page.relative_to(ROOT)} links {target}, which does not exist"
+
+
+def test_readme_shows_00bs_timing_loop_as_it_is():
+    """The loop README tells a learner to paste is the one notebook 00b runs."""
+    cell = next("".join(c["source"]) for c in json.loads((ROOT / "notebooks" / "00b_my_gpu_is_idle.ipynb")
+                                                         .read_text())["cells"]
+                if "".join(c["source"]).startswith("def time_loop("))
+    assert cell in (ROOT / "README.md").read_text()
+
+
+def test_readme_lists_every_notebook_off_the_core_path_as_an_elective():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import notebook_table
+
+    readme = (ROOT / "README.md").read_text()
+    electives = readme[readme.index("**The electives**"):readme.index("<!-- notebooks:start -->")]
+    for path in NOTEBOOKS:
+        number = path.name.split("_")[0]
+        if path.name[0].isdigit() and number not in notebook_table.CORE and number != "00":
+            assert f"notebooks/{path.name}" in electives, f"{path.name} is neither on the core path nor an elective"
+
+
+def test_one_current_table_of_check_times():
+    """One row per command (replaced when measured again, never appended to), each with its time, date,
+    commit and the machine's loop speed."""
+    text = (ROOT / "docs" / "development.md").read_text()
+    table = text[text.index("<!-- check-times:start -->"):text.index("<!-- check-times:end -->")]
+    rows = [line for line in table.splitlines() if line.startswith("| `make")]
+    commands = [row.split("|")[1].strip() for row in rows]
+    for command in ["`make test` from a fresh clone", "`make quota` (inside 1 CPU)", "`make quota QUOTA=0.5`",
+                    "`make stress`", "`make start-methods`", "`make handouts`"]:
+        assert commands.count(command) == 1, f"{command}: {commands.count(command)} rows"
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert re.fullmatch(r"\d+ s", cells[1]) and re.fullmatch(r"\d{4}-\d\d-\d\d", cells[2]), row
+        assert re.fullmatch(r"[0-9a-f]{7,40}", cells[3]) and re.fullmatch(r"\d\.\d\d s", cells[4]), row

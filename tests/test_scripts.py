@@ -87,8 +87,8 @@ def test_leftovers_passes_a_clean_command_on_with_its_exit_status():
 @pytest.mark.skipif(not Path("/proc").is_dir() or not Path("/dev/shm").is_dir(), reason="needs Linux")
 def test_leftovers_finds_a_folder_a_detached_process_and_a_segment_and_removes_them():
     # The detached process carries a tag of its own: other tests running beside this one (make test
-    # runs three at a time) start `time.sleep(60)` children too (fresh clone fc121: one of theirs
-    # matched the last assertion, found by the command line alone).
+    # runs three at a time) start `time.sleep(60)` children too (one of theirs could match the last
+    # assertion, found by the command line alone).
     tag = f"dllab-leftovers-test-{uuid.uuid4().hex}"
     code = ("import os, subprocess, sys, tempfile\n"
             "tempfile.mkdtemp(prefix='pymp-')\n"

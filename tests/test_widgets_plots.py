@@ -63,6 +63,26 @@ def test_explorer_greys_out_worker_knobs_with_zero_workers_and_still_runs(small_
     assert not small_explorer.prefetch_factor.disabled and small_explorer.prefetch_factor.value == 2
 
 
+def test_explorer_sizes_workers_with_the_hand_over_measured_in_its_run():
+    """x = ⌈n / (y + m)⌉ with m read off the run, as notebook 02 teaches; ⌈n / y⌉ would say 4."""
+    from dataclasses import replace
+
+    from helpers.explorers import ExplorerSettings
+    from helpers.timing.theory import as_timeline, simulate
+
+    n, y, m = 0.2, 0.05, 0.05
+    settings = ExplorerSettings(loader_settings=helpers.LoaderSettings(batch_size=1, num_workers=2),
+                                item_load_s=n, step_s=y, items=8)
+    assert settings.prediction()["recommended_workers"] == 4  # m = 0: the rule of notebook 01
+    assert settings.prediction(main_s=m)["recommended_workers"] == 2
+    # a run whose loop spends m on every batch once it is there (unpickling starts at fetch_end)
+    tl = as_timeline(simulate(8, n, y, 2, main_s=m), num_workers=2)
+    tl.batches[:] = [replace(b, received_start=b.fetch_end) for b in tl.batches]
+    assert helpers.theory.measured_main_s(tl) == pytest.approx(m)
+    summary = helpers.TimelineExplorer()._summary_html(tl, settings)
+    assert "recommends 2 worker(s)" in summary and "m = 50.00 ms measured in this run" in summary
+
+
 def test_explorer_labels_are_not_cut():
     explorer = helpers.TimelineExplorer()
     for box in (explorer.cpu_bound, explorer.batched_fetch, explorer.persistent_workers):
@@ -246,6 +266,6 @@ def test_a_diagnosis_draws_through_the_plots_the_instrument_does_not_import():
     assert result.draw is not None  # connected by helpers/__init__.py
     d = helpers.diagnose(DataLoader(helpers.WorkDataset(8), batch_size=2), steps=4, replay=2, progress=False)
     ax = d.plot()
-    assert ax.get_title("left").startswith("headspace") and "recommendations" in ax.get_title("left")
+    assert ax.get_title("left").startswith("headroom") and "recommendations" in ax.get_title("left")
     assert helpers.plot_diagnosis(d, "mine").get_title("left").startswith("mine")
     plt.close("all")

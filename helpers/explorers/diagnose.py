@@ -63,6 +63,6 @@ class DiagnoseExplorer(Explorer):
         figure = d.plot().figure
         advice = "".join(f"<li><b>{html.escape(r.knob)}</b>: {html.escape(r.advice)} — "
                          f"{html.escape(r.because)}</li>" for r in d.recommendations)
-        self.summary.value = (f"<p><b>Run {self.runs}:</b> headspace {d.headspace:.2f}×, the loop waited "
+        self.summary.value = (f"<p><b>Run {self.runs}:</b> headroom {d.headroom:.2f}×, the loop waited "
                               f"{d.wait_share:.0%} of the run.</p><ul>{advice}</ul>")
         return d, figure

@@ -15,7 +15,7 @@ from ..models import ModelledStep
 from ..plots.timeline import plot_timeline
 from ..timing.recorder import record
 from ..timing.settings import HAS_IN_ORDER, LoaderSettings
-from ..timing.theory import first_batch_time, recommend_num_workers, simulate, step_time
+from ..timing.theory import first_batch_time, measured_main_s, recommend_num_workers, simulate, step_time
 from ..timing.timeline import Timeline
 from .base import Explorer
 
@@ -52,17 +52,20 @@ class ExplorerSettings:
         requests = 1 if self.batched_fetch else self.loader_settings.batch_size
         return self.dataset().mean_item_s() * self.loader_settings.batch_size + self.request_wait_s * requests
 
-    def prediction(self, startup_s: float = 0.0) -> dict[str, float]:
-        """The step-time model for these settings (seconds)."""
+    def prediction(self, startup_s: float = 0.0, main_s: float = 0.0) -> dict[str, float]:
+        """The step-time model for these settings (seconds). ``main_s`` is m, the loop's own share
+        of each batch (the hand-over), as measured in the run: the worker count is
+        x = ⌈n / (y + m)⌉, the sizing rule of notebook 02."""
         n, workers = self.batch_load_s(), self.loader_settings.num_workers
         per_epoch = math.ceil(self.items / self.loader_settings.batch_size)
         plan = simulate(per_epoch, n, self.step_s, workers,
-                        prefetch_factor=self.loader_settings.effective_prefetch_factor, startup_s=startup_s)
+                        prefetch_factor=self.loader_settings.effective_prefetch_factor, startup_s=startup_s,
+                        main_s=main_s)
         return {
-            "step_interval_s": step_time(n, self.step_s, workers),
-            "first_batch_s": first_batch_time(n, workers, startup_s=startup_s),
+            "step_interval_s": step_time(n, self.step_s, workers, main_s=main_s),
+            "first_batch_s": first_batch_time(n, workers, startup_s=startup_s, main_s=main_s),
             "epoch_s": plan[-1].step_end,
-            "recommended_workers": recommend_num_workers(n, self.step_s),
+            "recommended_workers": recommend_num_workers(n, self.step_s, main_s=main_s),
         }
 
 
@@ -196,7 +199,8 @@ class TimelineExplorer(Explorer):
 
     def _summary_html(self, tl: Timeline, settings: ExplorerSettings) -> str:
         s = tl.summary()
-        model = settings.prediction(startup_s=tl.worker_startup_s())
+        main_s = measured_main_s(tl)  # m, measured in this run as everywhere in the lab
+        model = settings.prediction(startup_s=tl.worker_startup_s(), main_s=main_s)
         rows = [
             ("median step interval (s)", s["median_step_interval_s"], model["step_interval_s"]),
             ("first batch (s)", s["first_batch_s"], model["first_batch_s"]),
@@ -206,12 +210,15 @@ class TimelineExplorer(Explorer):
             f"<tr><td>{name}</td><td>{measured:.3f}</td><td>{predicted:.3f}</td></tr>"
             for name, measured, predicted in rows
         )
+        # with 0 workers no batch is handed over: m is then only the DataLoader's bookkeeping
+        no_handover = ("; with 0 workers there is no hand-over, so this m is only the bookkeeping"
+                       if settings.loader_settings.num_workers == 0 else "")
         return (
             f"<p><b>Run {self.runs}:</b> <code>{html.escape(tl.describe())}</code> — "
             f"{s['batches']} batches in {s['wall_s']:.2f} s; "
             f"the loop waited for data {s['wait_fraction']:.0%} of the time. The model "
             f"recommends {model['recommended_workers']} worker(s) for these costs "
-            "(x = ⌈n / y⌉: the explorer leaves out the hand-over m).</p>"
+            f"(x = ⌈n / (y + m)⌉, with m = {main_s * 1e3:.2f} ms measured in this run{no_handover}).</p>"
             "<table><tr><th></th><th>measured</th><th>model</th></tr>"
             f"{table}</table>"
         )

@@ -109,7 +109,7 @@ def checks(runs: dict[int, Timeline], item_wait_s: float, step_s: float) -> list
                                       "within the quota's stops"))
         elif (in_iter is not None and after < n - tolerance
               and min(in_iter, epoch.iter_end - first.fetch_start) >= n - tolerance - after):
-            # make quota QUOTA=0.5, the twelfth session: 126.9 ms against 200 ± 30. iter() sends the
+            # Inside half a CPU (make quota QUOTA=0.5) a first batch can read 127 ms against 200 ± 30. iter() sends the
             # first indices before it returns; stopped after that, it returned while the worker was
             # already loading, and the batch looks early by the stop. Set aside only when the batch's
             # load began before iter() returned by at least the earliness beyond the tolerance, and the
@@ -170,9 +170,9 @@ def _near_where_unstopped(claim: str, position: list[tuple[float, float | None]]
     quota an interval off by more than the tolerance is set aside when the quota stopped the group
     within it for at least that much (summed over the cores: a stop delays the loop by no more than
     its length, and the step's wake-up waits for the next period); the rest are judged; fewer than 2
-    left, the premise failed. make quota QUOTA=0.5 read "the short interval is the step alone" at
-    78.5 ms (the twelfth session) and 76.2 ms (the twenty-third) against 50 ± 15; the second time
-    the quota's stops per batch, a mean over the whole run, were smaller than the miss."""
+    left, the premise failed. Inside half a CPU "the short interval is the step alone" can read
+    76-79 ms against 50 ± 15 while the quota's stops per batch, a mean over the whole run, are
+    smaller than the miss: hence stops per interval, not per run."""
     tolerance = margin_s(expected, rel, noise)
 
     def stopped_enough(interval: float, stops: float | None) -> bool:

@@ -181,7 +181,7 @@ def checks(
         added = startup[after] - startup[before]
         if added > 0.2 * wall[before]:
             # spawn / forkserver at small sizes: starting workers every epoch costs more than they save;
-            # the persistent-workers stage is the one that removes it (found by `make start-methods`).
+            # the persistent-workers stage is the one that removes it (`make start-methods` runs this case).
             out.append(premise_failed(claim, f"{wall[before] / wall[after]:.2f}×",
                                       f"starting its workers every epoch took {startup[after]:.2f} s of its "
                                       f"{wall[after]:.2f} s: "

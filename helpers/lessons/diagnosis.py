@@ -1,6 +1,6 @@
 """Notebook 16 · diagnose your own loader: the diagnosis names the planted cause of each
 mystery loader; a loader that keeps up gets no data knob; the cache replay shows the
-headspace of an input-bound loader; following the advice brings the time per step it predicted;
+headroom of an input-bound loader; following the advice brings the time per step it predicted;
 torch.profiler's DataLoader spans agree with the lab's waits."""
 
 from __future__ import annotations
@@ -64,8 +64,8 @@ def checks(
     if a is not None:
         out.append(
             at_least(
-                "an input-bound loader has headspace: the cache replay runs at least 1.5× faster",
-                a.headspace,
+                "an input-bound loader has headroom: the cache replay runs at least 1.5× faster",
+                a.headroom,
                 1.5,
                 unit="×",
                 what=f"loader A, waiting {a.wait_share:.0%}",

@@ -25,7 +25,7 @@ def _startup_dominates(cpu_runs: dict[int, Timeline], x: int) -> str:
     startup = cpu_runs[x].worker_startup_s()
     if x and startup > 0.25 * cpu_runs[0].wall_s:
         # spawn / forkserver: each worker imports torch — CPU work on the same cores, while the
-        # first workers already load (found by `make start-methods`; smoke sizes load for < 1 s).
+        # first workers already load (`make start-methods` runs this case; smoke sizes load for < 1 s).
         return (f"starting {x} workers took {startup:.2f} s against {cpu_runs[0].wall_s:.2f} s of "
                 "loading with 0 workers: start-up would dominate the speedup")
     return ""
@@ -151,7 +151,7 @@ def checks(
     if cores_free < capacity - 0.3:
         # The model's step runs on the CPU here: with another program on the cores, the scheduler
         # shares them per thread, so 4 workers + the loop win more of them than the loop alone —
-        # the comparison would measure the competition (found by `make stress`).
+        # the comparison would measure the competition (`make stress` runs this case).
         out.append(premise_failed(claim, f"{ratio:.2f}×", f"only {cores_free:.2f} of {capacity:g} effective "
                                   "cores were free: other programs share them, and more processes win a "
                                   "larger share"))

@@ -8,10 +8,10 @@ from .timeline import plot_timeline, plot_timelines
 
 
 def plot_diagnosis(diagnosis: Diagnosis, title: str | None = None):
-    """The run's timeline with the headspace and the recommendations in its title; with
+    """The run's timeline with the headroom and the recommendations in its title; with
     ``verify=True``, the timelines before and after each followed recommendation."""
     advice = "; ".join(r.knob for r in diagnosis.recommendations) or "none"
-    headline = title or (f"headspace {diagnosis.headspace:.2f}× · waiting {diagnosis.steady_wait_share:.0%} "
+    headline = title or (f"headroom {diagnosis.headroom:.2f}× · waiting {diagnosis.steady_wait_share:.0%} "
                          f"({diagnosis.scale}) · recommendations: {advice}")
     if diagnosis.followed:
         titles = [f"before: {headline}"] + [

@@ -30,7 +30,7 @@ def release_freed_heap() -> bool:
     last holder of those pages and its USS grows by them, with nothing read. A test shows 8 MiB so
     (``tests/test_copy_on_read.py``). It is the mechanism that fits what notebook 12 saw about once
     in 6-10 runs: one worker of an array storage 8.4-10.1 MiB above the no-data workers, the extra
-    pages in its heap (see RUNS.md, "12's numpy-bytes worker")."""
+    pages in its heap."""
     try:
         libc = ctypes.CDLL(None)
         trim = libc.malloc_trim
@@ -190,7 +190,7 @@ class WorkerMemory:
         recorded per mapping, the extra pages were in the heap and the other worker was sampled
         alive after the jump. The mechanism that fits, heap chunks freed before the fork that the
         main process and the other worker then reused, is what :func:`release_freed_heap` removes
-        before the workers fork; see RUNS.md, "12's numpy-bytes worker".)"""
+        before the workers fork.)"""
         sizes: dict[int, int] = {}
         for s in self.samples:
             sizes[s.round] = sizes.get(s.round, 0) + 1

@@ -4,7 +4,7 @@ It records the loader with the lab's instrument (:func:`helpers.record`), then r
 same steps on batches it kept from that run (the cache replay: data instantly there — the
 speed limit of the loop), and reports:
 
-- the **headspace**: how much faster the loop would run if data were free, and the share of
+- the **headroom**: how much faster the loop would run if data were free, and the share of
   time the loop **waited** for data on the TF profiler's scale (under 5 % of step time: not
   input-bound; 5–20 %: moderately; over 20 %: highly input-bound);
 - **where the time goes** per batch: worker start-up, fetch (mean and median; of it, the

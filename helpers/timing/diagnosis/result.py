@@ -1,4 +1,4 @@
-"""What a diagnosis reports: :class:`Diagnosis` (headspace, waiting, where the time goes, the
+"""What a diagnosis reports: :class:`Diagnosis` (headroom, waiting, where the time goes, the
 recommendations; its table and trace) and :class:`Followed` (a recommendation applied and measured).
 ``Diagnosis.plot`` draws through :data:`draw`, which :mod:`helpers` connects to :mod:`helpers.plots`
 (the instrument imports no plots)."""
@@ -131,7 +131,7 @@ class Diagnosis:
         return (self.timeline.wall_s - self.startup_s) / later if later > 0 else self.step_s
 
     @property
-    def headspace(self) -> float:
+    def headroom(self) -> float:
         """How many times faster the loop would run if data were there instantly."""
         if not self.replay_step_s:
             return float("nan")
@@ -257,7 +257,7 @@ class Diagnosis:
             ["steps recorded", f"{self.steps}"],
             ["time per step (real run)", f"{self.step_s * 1e3:.1f} ms"],
             ["time per step on cached batches (speed limit)", replay],
-            ["headspace", "—" if self.replay_step_s is None else f"{self.headspace:.2f}×"],
+            ["headroom", "—" if self.replay_step_s is None else f"{self.headroom:.2f}×"],
             ["loop waiting for data", f"{self.wait_share:.0%} of the run"],
             ["...after each worker's first batch", f"{self.steady_wait_share:.0%}: {self.scale} "
              "(TF profiler's scale: under 5 % / 5–20 % / over 20 %)"],
@@ -297,13 +297,13 @@ class Diagnosis:
         return "\n".join(lines)
 
     def __repr__(self) -> str:
-        return f"<Diagnosis: headspace {self.headspace:.2f}×, recommendations {self.knobs()}>"
+        return f"<Diagnosis: headroom {self.headroom:.2f}×, recommendations {self.knobs()}>"
 
     def _repr_html_(self) -> str:
         return self.table()._repr_html_()
 
     def plot(self, title: str | None = None):
-        """The run's timeline with the headspace and the recommendations in its title; with
+        """The run's timeline with the headroom and the recommendations in its title; with
         ``verify=True``, the timelines before and after each followed recommendation
         (:func:`helpers.plots.plot_diagnosis`, through :data:`draw`)."""
         if draw is None:

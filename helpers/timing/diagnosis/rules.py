@@ -314,7 +314,7 @@ def recommend(d: Diagnosis, loader: DataLoader, *, device: Any = None) -> list[R
     if not out:
         # The workers keep up. A wait left over is the loop's own work on batches already built (m:
         # receiving each from a worker, pinning): no worker knob shortens it, and "the loader keeps
-        # up" would read as if the loop did not wait (a fresh clone's dict loader: 57 %, 2 % of it for
+        # up" would read as if the loop did not wait (a dict loader can wait 57 %, only 2 % of it for
         # batches not yet built).
         taking_in = d.steady_wait_share - d.steady_data_wait_share
         advice = ("the loader keeps up: make the step faster, not the data" if taking_in < WORTH else

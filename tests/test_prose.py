@@ -1,0 +1,203 @@
+"""Notebooks written for a reader: short sentences (the rule in one sentence, how it is judged in a
+``<details>`` block), the glossary linked before the first symbol or term it defines, and no
+instructor's note or answer in a learner's notebook before the vote."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+import prose  # noqa: E402
+
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+GLOSSARY = ROOT / "docs" / "glossary.md"
+GLOSSARY_LINK = re.compile(r"\]\((?:\.\./)?docs/glossary\.md(?:#[\w-]+)?\)")
+#: The model's symbols, as a formula or a sentence uses them: a lone letter n, y, m or x.
+SYMBOL = re.compile(r"(?<![\w'’\-/.\\#])[nmxy](?![\w'’\-])")
+#: The lab's own terms, each defined in the glossary.
+TERMS = re.compile(r"\b(headroom|wait share|hand-over|effective cores?|premise failed|quick mode|smoke mode|"
+                   r"the blog\b|the tutorial's chain)", re.I)
+
+
+# -- sentences ---------------------------------------------------------------------------------
+def test_the_sentence_counter_reads_as_a_reader_does():
+    cell = ("A rule. " + "Word " + "word " * 44 + "ends here.\n\n- an item without a stop\n- e.g. another one\n\n"
+            "<details><summary>How this is judged</summary>\n\n" + "long " * 80 + "</details>\n\n"
+            "```python\n" + "x = 1 " * 70 + "\n```\n\n| a table " + "cell " * 70 + "|\n\n"
+            "[a link](https://example.com/a/very/long/path) counts by its text: `one code span`.")
+    found = prose.sentences(cell)
+    assert [len(prose.words(s)) for s in found] == [2, 47, 5, 3, 7]
+
+
+def test_sentences_are_short():
+    """At most 2 % of the notebooks' sentences over 40 words, none over 60 (scripts/prose.py lists them)."""
+    found = [(p.name, s) for p in NOTEBOOKS for s in prose.notebook_sentences(p)]
+    long = [(name, s) for name, s in found if len(prose.words(s)) > prose.LONG]
+    too_long = [f"{name}: [{len(prose.words(s))} words] {s}" for name, s in long
+                if len(prose.words(s)) > prose.MAX_WORDS]
+    assert too_long == [], "\n".join(too_long)
+    assert len(long) <= prose.MAX_LONG_SHARE * len(found), (
+        f"{len(long)} of {len(found)} sentences over {prose.LONG} words: run scripts/prose.py")
+
+
+# -- the glossary --------------------------------------------------------------------------------
+def _prose_of(path: Path) -> str:
+    """The notebook's markdown in reading order, code blocks out (a formula in code counts)."""
+    cells = json.loads(path.read_text())["cells"]
+    text = "\n\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    text = re.sub(r"```.*?```", " ", text, flags=re.S)
+    return re.sub(r"<[^>]+>", " ", text)  # an image's alt text is no use of a term
+
+
+def glossary_problems(text: str) -> list[str]:
+    """Each symbol (n, y, m, x) whose first paragraph comes before a link to its glossary entry
+    (``docs/glossary.md#n``), and each term whose first paragraph comes before any glossary link.
+    A link in the same paragraph counts: "n, the load per batch ([glossary](../docs/glossary.md#n))"."""
+    problems, seen, linked, linked_any = [], set(), set(), False
+    for paragraph in re.split(r"\n\s*\n", text):
+        anchors = re.findall(r"docs/glossary\.md(?:#([\w-]+))?\)", paragraph)
+        linked_any = linked_any or bool(anchors)
+        linked |= {a for a in anchors if a}
+        plain = re.sub(r"\]\([^)]*\)", "]", paragraph)  # a link's address is no use of a term
+        for found in [*SYMBOL.finditer(plain), *TERMS.finditer(plain)]:
+            name = found.group(0).lower()
+            if name in seen:
+                continue
+            seen.add(name)
+            ok = name in linked if SYMBOL.fullmatch(name) else linked_any
+            if not ok:
+                context = plain[max(0, found.start() - 30):found.end() + 30].replace("\n", " ")
+                problems.append(f"{name!r} before its glossary link: ...{context}...")
+    return problems
+
+
+def test_the_glossary_finder_wants_each_symbol_linked_at_its_first_use():
+    assert glossary_problems("With n = 1 s a batch.") == [
+        "'n' before its glossary link: ...With n = 1 s a batch...."]
+    assert glossary_problems("With n = 1 s a batch ([glossary](../docs/glossary.md#n)).\n\nn again") == []
+    assert len(glossary_problems("Terms: [glossary](../docs/glossary.md).\n\nWith n = 1 s a batch.")) == 1
+    assert glossary_problems("Terms: [glossary](../docs/glossary.md).\n\nThe headroom is 2×.") == []
+    assert len(glossary_problems("The headroom is 2×.\n\n[glossary](../docs/glossary.md)")) == 1
+    assert glossary_problems("A 3 × 64 image and `x_t`; nothing else.") == []
+
+
+def test_every_notebook_links_the_glossary_before_its_first_symbol_or_term():
+    problems = [f"{p.name}: {problem}" for p in NOTEBOOKS for problem in glossary_problems(_prose_of(p))]
+    assert problems == [], "\n".join(problems)
+
+
+def test_the_glossary_defines_every_anchor_the_notebooks_link():
+    anchors = set(re.findall(r'<a id="([\w-]+)"></a>', GLOSSARY.read_text()))
+    for path in NOTEBOOKS:
+        for anchor in re.findall(r"docs/glossary\.md#([\w-]+)", path.read_text()):
+            assert anchor in anchors, f"{path.name} links the glossary's #{anchor}, which it does not define"
+    for term in ("n", "y", "m", "x", "hand-over", "wait-share", "headroom", "effective-cores", "quick-mode",
+                 "premise-failed", "start-up", "the-blog", "the-tutorial"):
+        assert term in anchors, f"the glossary does not define {term}"
+
+
+def test_one_name_for_headroom():
+    for path in [*NOTEBOOKS, ROOT / "README.md", ROOT / "INSTRUCTORS.md", *ROOT.glob("helpers/**/*.py")]:
+        assert "headspace" not in path.read_text().lower(), f"{path.relative_to(ROOT)} says headspace"
+
+
+# -- no instructor's note, no answer before the vote ----------------------------------------------
+def test_no_learner_notebook_holds_an_instructors_note():
+    for path in NOTEBOOKS:
+        for cell in json.loads(path.read_text())["cells"]:
+            source = "".join(cell["source"])
+            kind = cell.get("metadata", {}).get("slideshow", {}).get("slide_type")
+            assert kind != "notes" and not re.search(r"instructor'?s? note|for the vote|expect \*", source, re.I), (
+                f"{path.name}: an instructor's note in a learner's notebook (it belongs in INSTRUCTORS.md)")
+
+
+# -- the project speaks about itself, not about how it was built ----------------------------------
+_ORDINAL = (r"(?:\d+(?:st|nd|rd|th)|first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|"
+            r"twelfth|\w+teenth|\w+tieth|(?:twenty|thirty|forty)-\w+)")
+#: Run logs and history: which session, round or clone found what, and when.
+HISTORY = re.compile(
+    rf"(?i)\b(?:(?:this|last|next|previous|earlier|later) sessions?\b|{_ORDINAL} sessions?\b|"
+    r"\bsessions\b|RUNS\.md|\bfc\d{3}\b|fresh clone's|found by `make|\bthis stop\b|closing note)")
+
+
+def history_lines(text: str) -> list[str]:
+    return [line.strip() for line in text.splitlines() if HISTORY.search(line)]
+
+
+def test_the_history_finder_finds_run_logs():
+    for line in ["# make quota QUOTA=0.5, the twelfth session: 126.9 ms", "see RUNS.md, \"12's worker\"",
+                 "fc191: fresh clone make test", "715–782 s in the twenty-fourth session", "this session's runs",
+                 "(found by `make stress`)", "a fresh clone's dict loader: 57 %"]:
+        assert history_lines(line) == [line], line
+    for line in ["start_new_session=True", "a round trip per request", "the sampling round (every process once)",
+                 "the parent's default boto3 session", "the second 3 hours", "the first round is left out", "a session of its own (POSIX)"]:
+        assert history_lines(line) == [], line
+
+
+def test_no_file_speaks_of_sessions_rounds_or_run_logs():
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    found = []
+    for name in tracked:
+        path = ROOT / name
+        if name == "tests/test_prose.py" or path.suffix in {".png", ".jpg", ".gif"} or not path.is_file():
+            continue
+        try:
+            text = path.read_text()
+        except UnicodeDecodeError:
+            continue
+        found += [f"{name}: {line[:120]}" for line in history_lines(text)]
+    assert found == [], "history belongs in a closing note, not in the project:\n" + "\n".join(found)
+
+
+#: Each vote's measured answer, in the words a text would give it away with (INSTRUCTORS.md has the
+#: answers; a learner's notebook must not, above the vote).
+GIVEAWAYS = {
+    "wait_share_0_workers": ["three quarters", "75 %", "64 / (64 + 25)", "64 / 89"],
+    "per_batch_2_workers": ["0.25 s / 0.75 s", "0.25 and 0.75", "0.25 s and 0.75 s", "intervals alternate"],
+    "workers_needed": ["gives 3", "3 workers", "three workers"],
+    "runahead_prefetch_4": ["counts batches per worker", "4 each, as"],
+    "fastest_data_path": ["the winner", "beats any number of workers", "batch sampler, 0 workers"],
+    "spawn_epoch_2_vs_1": ["about the same as epoch 1", "every epoch pays the same"],
+    "batches_pinned": ["none are pinned", "nothing is pinned", "pins nothing"],
+    "per_batch_prefetch_thread": ["the step alone", "about the step"],
+    "p99_in_order_ratio": ["many times lower"],
+    "extra_uss_lists": ["the whole list", "copies nearly every page"],
+    "remote_first_byte": ["orders of magnitude"],
+    "dist_padding": ["as many as there are ranks"],
+    "distinct_draws": ["one worker's share"],
+    "fed_headroom": ["keeps up: no faster", "close to 1×"],
+    "per_batch_4_workers_main_limit": ["the floor y + m"],
+}
+
+
+def giveaways_above_votes(cells: list[dict]) -> list[str]:
+    """Each answer phrase (GIVEAWAYS) found in a markdown cell above its vote's Prediction cell."""
+    found, markdown = [], []
+    for cell in cells:
+        source = "".join(cell["source"])
+        if cell["cell_type"] == "markdown":
+            markdown.append(source)
+            continue
+        for key in re.findall(r"helpers\.Prediction\(\s*\"(\w+)\"", source):
+            above = " ".join(" ".join(markdown).split()).lower()
+            found += [f"{key}: {phrase!r} above the vote" for phrase in GIVEAWAYS.get(key, [])
+                      if phrase.lower() in above]
+    return found
+
+
+def test_the_giveaway_finder_finds_an_answer_above_its_vote():
+    md = {"cell_type": "markdown", "source": ["Expect *about 25 %*; the arithmetic, 64 / (64 + 25), and the run\n",
+                                              "both give about three quarters."]}
+    vote = {"cell_type": "code", "source": ['guess = helpers.Prediction("wait_share_0_workers", "q", {"a": 1})']}
+    assert len(giveaways_above_votes([md, vote])) == 2
+    assert giveaways_above_votes([vote, md]) == []
+
+
+def test_no_markdown_above_a_vote_gives_its_answer_away():
+    found = [f"{p.name}: {g}" for p in NOTEBOOKS for g in giveaways_above_votes(json.loads(p.read_text())["cells"])]
+    assert found == [], "\n".join(found)
