@@ -20,7 +20,8 @@ LINE_START = "*Run time"
 
 def line(times: dict) -> str:
     return (f"{LINE_START} on {times['machine']}, measured: about {format_s(times['full'])} at full size, "
-            f"{format_s(times['quick'])} in [quick mode](../docs/glossary.md#quick-mode) (`make lab QUICK=1`).*")
+            f"{format_s(times['quick'])} in [quick mode](../docs/glossary.md#quick-mode) "
+            "(`make lab QUICK=1`).*")
 
 
 def format_s(seconds: float) -> str:

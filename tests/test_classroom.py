@@ -47,7 +47,9 @@ def test_the_rule_gives_each_part_of_the_rhythm_its_place():
     assert slides.slide_type(_cell("code", "loader = DataLoader(d, num_workers=2)")) == "subslide"
     assert slides.slide_type(_cell("code", "guess = helpers.Prediction('k', 'q', {})")) == "fragment"
     assert slides.slide_type(_cell("code", "START = helpers.use_start_method()")) == "skip"
-    assert slides.slide_type(_cell("markdown", slides.NOTES_MARK + " run all first")) == "notes"
+    block = _cell("markdown", "```python\nclass A:\n" + "    x = 1\n" * 40 + "```")
+    assert slides.is_pattern_to_copy([block], 0)
+    assert not slides.is_pattern_to_copy([_cell("markdown", "Some words.\n" + "".join(block["source"]))], 0)
 
 
 @pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
@@ -58,7 +60,7 @@ def test_each_lesson_asks_before_its_main_measurement_and_keeps_the_pick(path):
     # a measurement: a DataLoader run, a recording, one of the lab's timing helpers (helpers.time_...)
     # or a training run killed and resumed in child processes
     measured = [i for i, s in enumerate(sources)
-                if any(m in s for m in ("DataLoader(", "record", "helpers.time_",
+                if any(m in s for m in ("DataLoader(", "record", "helpers.time_", "helpers.diagnose(",
                                         "helpers.kill_and_resume("))]
     assert asked and "guess" in asked, "the main prediction is called guess"
     for name, question in asked.items():

@@ -41,6 +41,7 @@ def test_thread_prefetcher_overlaps_the_transform_with_the_step():
     assert all(b.fetch_end <= b.ready for b in ahead.batches)
 
 
+@pytest.mark.untimed
 def test_prefetchers_carry_no_timing_code():
     # What a learner copies is the pattern alone: no clocks, no import of the instrument.
     import inspect
@@ -83,6 +84,7 @@ def test_a_prefetcher_that_invents_batches_is_refused():
 
 
 # -- the device prefetcher on the CPU ------------------------------------------------------------
+@pytest.mark.untimed
 def test_device_prefetcher_on_cpu_moves_and_normalises():
     images = torch.full((4, 3, 2, 2), 255, dtype=torch.uint8)
     labels = torch.arange(4)
@@ -95,6 +97,7 @@ def test_device_prefetcher_on_cpu_moves_and_normalises():
     assert list(helpers.DevicePrefetcher([], "cpu")) == []
 
 
+@pytest.mark.untimed
 def test_device_prefetcher_inside_record_keeps_the_timings_under_spawn():
     loader = make_loader(helpers.WorkDataset(6, item_shape=(2,)), batch_size=2, num_workers=2,
                          prefetch_factor=2, start_method="spawn")
@@ -166,7 +169,7 @@ class FakeCuda:
     def current_stream(self, device=None):
         return self.current()
 
-    def to_device(self, batch, device, *, non_blocking=False):
+    def to_device(self, batch, device, *, non_blocking=False):  # stands in for Tensor.to
         self.add("copy", int(batch[0]), self.current().name, non_blocking)
         return batch.clone()
 
@@ -181,7 +184,8 @@ def fake_cuda(monkeypatch):
     monkeypatch.setattr(torch.cuda, "Event", fake.Event)
     monkeypatch.setattr(torch.cuda, "stream", fake.stream)
     monkeypatch.setattr(torch.cuda, "current_stream", fake.current_stream)
-    monkeypatch.setattr(prefetch, "to_device", fake.to_device)
+    monkeypatch.setattr(torch.Tensor, "to", lambda tensor, device, non_blocking=False:
+                        fake.to_device(tensor, device, non_blocking=non_blocking))
     monkeypatch.setattr(torch.Tensor, "record_stream",
                         lambda tensor, stream: fake.record_stream(tensor, stream), raising=False)
     return fake
@@ -236,6 +240,7 @@ def order_problems(log, batches):
     return problems
 
 
+@pytest.mark.untimed
 def test_device_prefetcher_orders_stream_operations_right(fake_cuda):
     log = run_prefetcher(fake_cuda, helpers.DevicePrefetcher)
     assert order_problems(log, 4) == []
@@ -245,6 +250,7 @@ def test_device_prefetcher_orders_stream_operations_right(fake_cuda):
     assert {e[2] for e in log if e[0] == "step"} == {"default"}
 
 
+@pytest.mark.untimed
 def test_the_former_order_serialises_copy_and_step(fake_cuda):
     # The same check on the lab's former prefetcher finds both errors the review found.
     problems = order_problems(run_prefetcher(fake_cuda, helpers.SerialisedDevicePrefetcher), 4)

@@ -26,7 +26,8 @@ TERMS = re.compile(r"\b(headroom|wait share|hand-over|effective cores?|premise f
 
 # -- sentences ---------------------------------------------------------------------------------
 def test_the_sentence_counter_reads_as_a_reader_does():
-    cell = ("A rule. " + "Word " + "word " * 44 + "ends here.\n\n- an item without a stop\n- e.g. another one\n\n"
+    cell = ("A rule. " + "Word " + "word " * 44 + "ends here.\n\n"
+            "- an item without a stop\n- e.g. another one\n\n"
             "<details><summary>How this is judged</summary>\n\n" + "long " * 80 + "</details>\n\n"
             "```python\n" + "x = 1 " * 70 + "\n```\n\n| a table " + "cell " * 70 + "|\n\n"
             "[a link](https://example.com/a/very/long/path) counts by its text: `one code span`.")
@@ -112,12 +113,14 @@ def test_no_learner_notebook_holds_an_instructors_note():
         for cell in json.loads(path.read_text())["cells"]:
             source = "".join(cell["source"])
             kind = cell.get("metadata", {}).get("slideshow", {}).get("slide_type")
-            assert kind != "notes" and not re.search(r"instructor'?s? note|for the vote|expect \*", source, re.I), (
+            note = re.search(r"instructor'?s? note|for the vote|expect \*", source, re.I)
+            assert kind != "notes" and not note, (
                 f"{path.name}: an instructor's note in a learner's notebook (it belongs in INSTRUCTORS.md)")
 
 
 # -- the project speaks about itself, not about how it was built ----------------------------------
-_ORDINAL = (r"(?:\d+(?:st|nd|rd|th)|first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|"
+_ORDINAL = (r"(?:\d+(?:st|nd|rd|th)|first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|"
+            r"eleventh|"
             r"twelfth|\w+teenth|\w+tieth|(?:twenty|thirty|forty)-\w+)")
 #: Run logs and history: which session, round or clone found what, and when.
 HISTORY = re.compile(
@@ -131,16 +134,20 @@ def history_lines(text: str) -> list[str]:
 
 def test_the_history_finder_finds_run_logs():
     for line in ["# make quota QUOTA=0.5, the twelfth session: 126.9 ms", "see RUNS.md, \"12's worker\"",
-                 "fc191: fresh clone make test", "715–782 s in the twenty-fourth session", "this session's runs",
+                 "fc191: fresh clone make test", "715–782 s in the twenty-fourth session",
+                 "this session's runs",
                  "(found by `make stress`)", "a fresh clone's dict loader: 57 %"]:
         assert history_lines(line) == [line], line
-    for line in ["start_new_session=True", "a round trip per request", "the sampling round (every process once)",
-                 "the parent's default boto3 session", "the second 3 hours", "the first round is left out", "a session of its own (POSIX)"]:
+    for line in ["start_new_session=True", "a round trip per request",
+                 "the sampling round (every process once)",
+                 "the parent's default boto3 session", "the second 3 hours", "the first round is left out",
+                 "a session of its own (POSIX)"]:
         assert history_lines(line) == [], line
 
 
 def test_no_file_speaks_of_sessions_rounds_or_run_logs():
-    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
+                             check=True).stdout.split()
     found = []
     for name in tracked:
         path = ROOT / name
@@ -191,13 +198,16 @@ def giveaways_above_votes(cells: list[dict]) -> list[str]:
 
 
 def test_the_giveaway_finder_finds_an_answer_above_its_vote():
-    md = {"cell_type": "markdown", "source": ["Expect *about 25 %*; the arithmetic, 64 / (64 + 25), and the run\n",
+    md = {"cell_type": "markdown", "source": ["Expect *about 25 %*; the arithmetic, 64 / (64 + 25),",
+                                              " and the run\n",
                                               "both give about three quarters."]}
-    vote = {"cell_type": "code", "source": ['guess = helpers.Prediction("wait_share_0_workers", "q", {"a": 1})']}
+    vote = {"cell_type": "code",
+            "source": ['guess = helpers.Prediction("wait_share_0_workers", "q", {"a": 1})']}
     assert len(giveaways_above_votes([md, vote])) == 2
     assert giveaways_above_votes([vote, md]) == []
 
 
 def test_no_markdown_above_a_vote_gives_its_answer_away():
-    found = [f"{p.name}: {g}" for p in NOTEBOOKS for g in giveaways_above_votes(json.loads(p.read_text())["cells"])]
+    found = [f"{p.name}: {g}" for p in NOTEBOOKS
+             for g in giveaways_above_votes(json.loads(p.read_text())["cells"])]
     assert found == [], "\n".join(found)

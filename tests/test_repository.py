@@ -248,7 +248,8 @@ def readme_prose_words(text: str) -> int:
 def test_readme_is_short():
     words = readme_prose_words((ROOT / "README.md").read_text())
     assert words <= README_PROSE_WORDS, f"README has {words} words of prose: move reference to docs/"
-    assert readme_prose_words("a b\n```python\nc d e\n```\n<!-- notebooks:start -->\nf g\n<!-- notebooks:end -->") == 2
+    sample = "a b\n```python\nc d e\n```\n<!-- notebooks:start -->\nf g\n<!-- notebooks:end -->"
+    assert readme_prose_words(sample) == 2
 
 
 def test_every_relative_link_in_readme_and_docs_resolves():
@@ -258,7 +259,7 @@ def test_every_relative_link_in_readme_and_docs_resolves():
             if re.match(r"[a-z]+:", target) or target.startswith("#"):
                 continue
             path = target.split("#")[0]
-            assert (page.parent / path).exists(), f"{page.relative_to(ROOT)} links {target}, which does not exist"
+            assert (page.parent / path).exists(), f"{page.relative_to(ROOT)}: {target} does not exist"
 
 
 def test_readme_shows_00bs_timing_loop_as_it_is():
@@ -278,7 +279,7 @@ def test_readme_lists_every_notebook_off_the_core_path_as_an_elective():
     for path in NOTEBOOKS:
         number = path.name.split("_")[0]
         if path.name[0].isdigit() and number not in notebook_table.CORE and number != "00":
-            assert f"notebooks/{path.name}" in electives, f"{path.name} is neither on the core path nor an elective"
+            assert f"notebooks/{path.name}" in electives, f"{path.name}: neither core nor elective"
 
 
 def test_one_current_table_of_check_times():

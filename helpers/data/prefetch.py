@@ -6,6 +6,8 @@
 * :class:`DevicePrefetcher` copies batches to the GPU on a side CUDA stream, in a
   background thread, so the copy of batch s+1 runs while the GPU steps on batch s; the
   step on each batch waits (on the GPU, not on the host) for that batch's own copy only.
+  It is self-contained (torch and the standard library only), so it can be copied into a
+  script whole: notebook 07 shows it, and a test keeps that copy identical to this one.
 * :class:`SerialisedDevicePrefetcher` is this lab's former device prefetcher, kept only
   to measure what the fix above buys: it orders every step after the *next* copy too.
 
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import torch
@@ -124,84 +126,73 @@ class ThreadPrefetcher:
                 self._thread.join(timeout=0.05)
 
 
-class DevicePrefetcher(ThreadPrefetcher):
-    """Copy batches to ``device`` ahead of the loop, so the copy of batch s+1 runs while the
-    GPU steps on batch s.
+class DevicePrefetcher:
+    """Move batches to ``device`` in a background thread, ``depth`` batches ahead of the loop: on
+    CUDA each copy runs on a side stream beside the step (pin the source: ``pin_memory=True``).
+    ``normalize=(mean, std)`` turns the batch's first tensor, uint8 images, into normalised floats."""
 
-    The pattern, on CUDA:
-
-    * **A background thread** takes batches from the loader and queues each copy as soon
-      as the batch arrives, ``depth`` batches ahead. The loop gets batch s as soon as its
-      copy is *queued*, never waiting for the loader to produce batch s+1; and copy s+1
-      is queued while step s runs, even if the step ends in a sync such as
-      ``loss.item()`` (a copy queued after that sync could no longer overlap it).
-    * **A side stream** for the copies, so they run beside the compute on the loop's
-      stream (the GPU's copy engines are separate from its compute units). The source
-      must be pinned (``pin_memory=True``) for the copy to be asynchronous at all.
-    * **An event per copy**: recorded on the side stream right after copy s was queued.
-      Before handing batch s out, the loop's stream ``wait_event``-s it: the step's kernels
-      run after *this batch's* copy and after nothing queued after it (``wait_stream`` on
-      the side stream would also wait for any later batch's copy queued by then). The host
-      does not block.
-    * **record_stream**: the batch's memory was allocated on the side stream; PyTorch's
-      caching allocator reuses freed blocks per stream. ``record_stream(loop's stream)``
-      stops it from handing the block to a later copy while kernels on the loop's stream
-      may still read it (a silent race, not an error).
-
-    ``normalize=(mean, std)``: the loader ships uint8 images (4× fewer bytes through
-    shared memory, pinning and the copy); the first tensor of each batch is converted to
-    float and normalised on the device, on the side stream.
-
-    On a non-CUDA device (the CPU) the same thread moves each batch synchronously: the code
-    path runs everywhere, and there is no copy to overlap.
-    """
-
-    def __init__(self, source: Iterable[Any], device: torch.device | str, *,
-                 normalize: tuple[Sequence[float], Sequence[float]] | None = None, depth: int = 2):
-        super().__init__(source, self.copy_to_device, depth=depth)
-        self.device = torch.device(device)
+    def __init__(self, source, device, *, normalize=None, depth=2):
+        self.source, self.device, self.depth, self.thread = source, torch.device(device), depth, None
         self.stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
-        self.normalize = normalize
-        self._mean = self._std = None
-        if normalize is not None:
-            mean, std = normalize
-            shape = (1, len(mean), 1, 1)
-            self._mean = torch.tensor(mean, dtype=torch.float32).view(shape).to(self.device)
-            self._std = torch.tensor(std, dtype=torch.float32).view(shape).to(self.device)
+        with torch.cuda.stream(self.stream):  # made where the copies use them (no stream: no-op)
+            self.normalize = normalize and [torch.tensor(v, device=self.device).view(1, -1, 1, 1)
+                                            for v in normalize]
 
-    def copy_to_device(self, batch: Any) -> Any:
-        """Move one batch (and normalise it); queued on the side stream on CUDA."""
-        batch = to_device(batch, self.device, non_blocking=self.stream is not None)
-        if self.normalize is not None:
-            first, *rest = batch if isinstance(batch, (list, tuple)) else (batch,)
-            first = first.float().div_(255.0).sub_(self._mean).div_(self._std)
-            batch = (first, *rest) if isinstance(batch, (list, tuple)) else first
-        return batch
+    def copy_to_device(self, batch):
+        """Move one batch (and normalise it): queued on the side stream on CUDA."""
+        batch = self._each(batch, lambda t: t.to(self.device, non_blocking=self.stream is not None))
+        if not self.normalize:
+            return batch
+        (mean, std), several = self.normalize, isinstance(batch, (list, tuple))
+        images = (batch[0] if several else batch).float().div_(255.0).sub_(mean).div_(std)
+        return (images, *batch[1:]) if several else images
 
-    def _prepare(self, batch: Any) -> Any:
-        if self.stream is None:
-            return self.copy_to_device(batch), None
-        with torch.cuda.stream(self.stream):
-            moved = self.copy_to_device(batch)
-            copied = torch.cuda.Event()
-            copied.record(self.stream)
-        return moved, copied
+    def _each(self, batch, work):  # work(tensor) on every tensor in nested tuples, lists and dicts
+        if isinstance(batch, dict):
+            return {key: self._each(value, work) for key, value in batch.items()}
+        if isinstance(batch, (list, tuple)):
+            return type(batch)(self._each(value, work) for value in batch)
+        return work(batch) if isinstance(batch, torch.Tensor) else batch
 
-    def _hand_out(self, prepared: Any) -> Any:
-        moved, copied = prepared
-        if copied is not None:
-            current = torch.cuda.current_stream(self.device)
-            current.wait_event(copied)  # this batch's copy, and nothing queued after it
-            for tensor in tensors_in(moved):
-                tensor.record_stream(current)
-        return moved
+    def _run(self, ready, stop, loop):  # the background thread
+        try:
+            for batch in self.source:
+                copied = torch.cuda.Event() if self.stream is not None else None
+                with torch.cuda.stream(self.stream):
+                    batch = self.copy_to_device(batch)
+                if copied is not None:
+                    copied.record(self.stream)  # reached when this batch's copy is done
+                    self._each(batch, lambda t: t.record_stream(loop))  # kept until the loop is done
+                if stop.is_set():
+                    return
+                ready.put((batch, copied))
+            ready.put(None)
+        except BaseException as error:  # raised in the loop
+            ready.put(error)
 
-    def __iter__(self) -> Iterator[Any]:
-        if self.stream is not None:
-            # The side stream starts after everything queued so far (e.g. the normalisation
-            # constants' copies) on the loop's stream.
-            self.stream.wait_stream(torch.cuda.current_stream(self.device))
-        return super().__iter__()
+    def __iter__(self):
+        loop = torch.cuda.current_stream(self.device) if self.stream is not None else None  # loop's stream
+        self.ready, self.stop = queue.Queue(maxsize=self.depth), threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(self.ready, self.stop, loop), daemon=True)
+        self.thread.start()
+        try:
+            while (item := self.ready.get()) is not None:
+                if isinstance(item, BaseException):
+                    raise item
+                batch, copied = item
+                if copied is not None:
+                    loop.wait_event(copied)  # this batch's copy, and nothing queued after it
+                yield batch
+        finally:
+            self.close()
+
+    def close(self):
+        """Stop the thread: it ends after the batch it is on."""
+        while self.thread is not None and self.thread.is_alive():
+            self.stop.set()
+            while not self.ready.empty():  # frees the place the thread may be waiting for
+                self.ready.get_nowait()
+            self.thread.join(timeout=0.05)
 
 
 class SerialisedDevicePrefetcher:

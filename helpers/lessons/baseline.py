@@ -109,12 +109,12 @@ def checks(runs: dict[int, Timeline], item_wait_s: float, step_s: float) -> list
                                       "within the quota's stops"))
         elif (in_iter is not None and after < n - tolerance
               and min(in_iter, epoch.iter_end - first.fetch_start) >= n - tolerance - after):
-            # Inside half a CPU (make quota QUOTA=0.5) a first batch can read 127 ms against 200 ± 30. iter() sends the
-            # first indices before it returns; stopped after that, it returned while the worker was
-            # already loading, and the batch looks early by the stop. Set aside only when the batch's
-            # load began before iter() returned by at least the earliness beyond the tolerance, and the
-            # stops inside iter() cover it too; early otherwise (n / x: workers building the first batch
-            # together) is judged, and fails.
+            # Inside half a CPU (make quota QUOTA=0.5) a first batch can read 127 ms against 200 ± 30.
+            # iter() sends the first indices before it returns; stopped after that, it returned while
+            # the worker was already loading, and the batch looks early by the stop. Set aside only
+            # when the batch's load began before iter() returned by at least the earliness beyond the
+            # tolerance, and the stops inside iter() cover it too; early otherwise (n / x: workers
+            # building the first batch together) is judged, and fails.
             early_ms, allowed_ms = (n - after) * 1e3, tolerance * 1e3
             began_ms = (epoch.iter_end - first.fetch_start) * 1e3
             out.append(premise_failed(claim, f"{after * 1e3:.1f} ms",

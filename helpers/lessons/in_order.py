@@ -158,8 +158,9 @@ def takeover_check(fifo: Timeline, free: Timeline, slow: Callable[[int], bool] |
     beside = {io: started_beside_stragglers(tl, slow) for io, tl in ((True, fifo), (False, free))}
     measured = f"beside each straggler: {beside[False]} out of order, {beside[True]} in order"
     if slow is not None:
-        # Inside half a CPU (make quota QUOTA=0.5) the stragglers can read [0, 0, 1, 1, 18, 16]: the first fetches
-        # of ordinary items, stretched past 3× the median while the workers started inside the quota
+        # Inside half a CPU (make quota QUOTA=0.5) the stragglers can read [0, 0, 1, 1, 18, 16]: the
+        # first fetches of ordinary items, stretched past 3× the median while the workers started
+        # inside the quota
         left_out = sum(len(stragglers(tl)) - len(stragglers(tl, slow=slow)) for tl in (fifo, free))
         if left_out:
             plural = "es" if left_out > 1 else ""

@@ -261,7 +261,7 @@ def _record_epoch(loader, step, epoch, t0, batches, max_batches, device, wrap, o
                  for row, kind, start, stop, number in timer.spans(anchor)]
     # Without persistent workers, this epoch's workers end when the iterator goes (as in a
     # loop that moves on to the next epoch); the time shows before the next iter(). Ended here, not
-    # by `del`: a wrap that refers to itself (DevicePrefetcher's transform is its own method) keeps
+    # by `del`: a wrap that refers to itself (a ThreadPrefetcher whose transform is its own method) keeps
     # the iterator alive until the garbage collector runs, whose shutdown then lands in a later run.
     if fetcher is not None:
         del fetcher.fetch  # the hook holds the fetcher's own method, a cycle; the dataset's iterator
