@@ -173,12 +173,13 @@ GIVEAWAYS = {
     "batches_pinned": ["none are pinned", "nothing is pinned", "pins nothing"],
     "per_batch_prefetch_thread": ["the step alone", "about the step"],
     "p99_in_order_ratio": ["many times lower"],
-    "extra_uss_lists": ["the whole list", "copies nearly every page"],
+    "extra_uss_lists": ["the whole list", "copies nearly every page", "copied into every forked worker"],
     "remote_first_byte": ["orders of magnitude"],
     "dist_padding": ["as many as there are ranks"],
-    "distinct_draws": ["one worker's share"],
+    "distinct_draws": ["one worker's share", "copied into every worker"],
     "fed_headroom": ["keeps up: no faster", "close to 1×"],
-    "per_batch_4_workers_main_limit": ["the floor y + m"],
+    "per_batch_4_workers_main_limit": ["the floor y + m", "more workers cannot lift"],
+    "jpeg_workers": ["stop at the core count"],
 }
 
 
@@ -205,6 +206,17 @@ def test_the_giveaway_finder_finds_an_answer_above_its_vote():
             "source": ['guess = helpers.Prediction("wait_share_0_workers", "q", {"a": 1})']}
     assert len(giveaways_above_votes([md, vote])) == 2
     assert giveaways_above_votes([vote, md]) == []
+
+
+def test_no_summary_in_readmes_table_gives_a_vote_away():
+    """A notebook's one-line summary is README's table row, read before the notebook."""
+    for path in NOTEBOOKS:
+        nb = json.loads(path.read_text())
+        summary = nb["metadata"].get("dataloader_lab", {}).get("summary", "").lower()
+        code = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
+        keys = re.findall(r"helpers\.Prediction\(\s*\"(\w+)\"", code)
+        found = [phrase for key in keys for phrase in GIVEAWAYS.get(key, []) if phrase.lower() in summary]
+        assert found == [], f"{path.name}'s summary gives its vote away: {found}"
 
 
 def test_no_markdown_above_a_vote_gives_its_answer_away():

@@ -296,3 +296,11 @@ def test_one_current_table_of_check_times():
         cells = [c.strip() for c in row.strip("|").split("|")]
         assert re.fullmatch(r"\d+ s", cells[1]) and re.fullmatch(r"\d{4}-\d\d-\d\d", cells[2]), row
         assert re.fullmatch(r"[0-9a-f]{7,40}", cells[3]) and re.fullmatch(r"\d\.\d\d s", cells[4]), row
+
+
+def test_docs_list_every_make_target():
+    makefile = (ROOT / "Makefile").read_text()
+    targets = re.search(r"^\.PHONY:(.*)$", makefile, re.M).group(1).split()
+    development = (ROOT / "docs" / "development.md").read_text()
+    missing = [t for t in targets if not re.search(rf"\bmake {re.escape(t)}\b", development)]
+    assert missing == [], f"docs/development.md does not list make {missing}"
