@@ -156,3 +156,28 @@ def test_the_explorer_runs_and_refuses_persistent_workers_without_workers():
     assert explorer.run(raise_errors=False) is None and "num_workers" in explorer.summary.value
     with pytest.raises(ValueError, match="source must be one of"):
         helpers.RandomnessExplorer(source="nope")
+
+
+def test_reseeding_from_the_worker_does_not_replay_the_global_torch_stream(monkeypatch):
+    """In a worker PyTorch calls torch.manual_seed(info.seed); a dataset generator seeded with that same
+    seed would draw what a transform drawing from the global generator (torchvision's) draws: one
+    "random" crop and flip, correlated with the dataset's own draws. reseed_from_worker derives a
+    stream of its own."""
+    import torch
+    from torch.utils.data._utils import worker
+
+    seed = 1234
+    dataset = helpers.InitGeneratorDraws(4, kind="torch")
+    monkeypatch.setattr(worker, "_worker_info",
+                        worker.WorkerInfo(id=0, num_workers=1, seed=seed, dataset=dataset))
+    with torch.random.fork_rng(devices=[]):  # the test's own global generator is left as it was
+        torch.manual_seed(seed)  # what _worker_loop does before worker_init_fn
+        helpers.reseed_from_worker(0)
+        own = [dataset[i]["draw"] for i in range(4)]
+        global_draws = [torch.rand((), dtype=torch.float64).item() for _ in range(4)]
+        assert own != global_draws
+        # the mistake it avoids: the worker's seed itself replays the global stream, draw for draw
+        dataset.rng.manual_seed(seed)
+        torch.manual_seed(seed)
+        replayed = [torch.rand((), dtype=torch.float64).item() for _ in range(4)]
+        assert [dataset[i]["draw"] for i in range(4)] == replayed

@@ -642,7 +642,8 @@ def test_startup_checks_fail_when_preload_or_persistence_do_not_help():
     failed = failing(startup.checks(*startup_case(preload_later=1.5, persistent_gap_extra=1.3)))
     assert "forkserver with set_forkserver_preload(['torch']): later workers start at fork speed" in failed
     assert "spawn: persistent workers spare every later epoch its workers' start-up" in failed
-    assert "spawn: even with persistent workers a later epoch's first batch costs one batch load" in failed
+    assert ("spawn: even with persistent workers a later epoch's first batch costs one batch load "
+            "(±50 %, plus the noise)") in failed
 
 
 def test_startup_checks_fail_when_spawned_workers_start_about_as_fast_as_forked_ones():
@@ -661,7 +662,8 @@ def test_startup_checks_fail_when_the_forkserver_already_has_torch_without_prelo
     # later workers from a plain forkserver start at fork speed (as if torch were preloaded): the claim
     # that each new set imports torch again fails, and preloading has nothing left to save
     assert failing(startup.checks(*startup_case(forkserver_later=0.03))) == [
-        "forkserver without preload: every new set of workers imports torch again",
+        "forkserver without preload: every new set of workers imports torch again "
+        "(a later start-up at least half the first's)",
         "forkserver with set_forkserver_preload(['torch']): later workers start at fork speed",
     ]
 
@@ -1042,9 +1044,9 @@ def test_batched_checks_fail_when_batching_does_not_behave_as_taught():
     failed = failing(batched.checks(*batched_case(remote=3.0, cpu=6.0, workers_gain=1.0)))
     assert failed == [
         "with a round trip per request, one request per batch is over 10× faster",
-        "...and the speedup follows the arithmetic of the stated costs (within 2×)",
+        "...and the speedup follows the arithmetic of the stated costs (0.5× to 1.5× of it)",
         "when per-sample CPU work dominates, batching the fetch gains little (under 1.5×)",
-        "...as the arithmetic of the stated costs says (within 2×)",
+        "...as the arithmetic of the stated costs says (0.5× to 1.5× of it)",
         "workers help per-sample requests (each waits for its own round trips)",
     ]
 
@@ -1071,7 +1073,7 @@ def test_batched_cpu_case_is_set_aside_when_its_fetches_were_stopped_and_judged_
 
     case = batched_case(cpu=1.88)
     claims = ["when per-sample CPU work dominates, batching the fetch gains little (under 1.5×)",
-              "...as the arithmetic of the stated costs says (within 2×)"]
+              "...as the arithmetic of the stated costs says (0.5× to 1.5× of it)"]
     stopped = {c.claim: c for c in batched.checks(*case, cpu_case_on_cpu=0.52)}
     assert [stopped[c].passed for c in claims] == [None, None] and "only 52%" in stopped[claims[0]].premise
     assert failing(batched.checks(*case, cpu_case_on_cpu=0.97)) == claims
@@ -1105,7 +1107,7 @@ def test_batched_checks_fail_when_the_tutorial_speedup_is_not_its_sleep_arithmet
 
     # a measured 25× where the sleeps alone predict 10.2×: something beyond the sleep count
     assert failing(batched.checks(*batched_case(tutorial=25.0))) == [
-        "the tutorial's speedup is its sleep arithmetic (within 1.6×)"
+        "the tutorial's speedup is its sleep arithmetic (0.4× to 1.6× of it)"
     ]
 
 

@@ -79,7 +79,8 @@ def checks(
         )
         out.append(
             at_least(
-                "forkserver without preload: every new set of workers imports torch again",
+                "forkserver without preload: every new set of workers imports torch again "
+                "(a later start-up at least half the first's)",
                 plain[-1] / plain[0],
                 0.5,
                 unit="×",
@@ -119,7 +120,8 @@ def checks(
         resume_s = mean([e.startup_s for e in kept.epochs[1:]] or [0.0])
         out.append(
             near(
-                f"{method}: even with persistent workers a later epoch's first batch costs one batch load",
+                f"{method}: even with persistent workers a later epoch's first batch costs one batch load "
+                "(±50 %, plus the noise)",
                 mean(epoch_first_batch_gaps(kept)),
                 batch_load_s + resume_s + measured_main_s(kept),
                 rel=0.5,

@@ -91,14 +91,17 @@ class InitGeneratorDraws(Dataset):
 
 
 def reseed_from_worker(worker_id: int) -> None:
-    """worker_init_fn: the worker's copy of the dataset gets a generator of its own, seeded with
+    """worker_init_fn: the worker's copy of the dataset gets a generator of its own, derived from
     the seed PyTorch chose for this worker (another one per worker, and per epoch unless the
-    workers persist)."""
+    workers persist). Derived, not that seed itself: PyTorch seeded the worker's global torch
+    generator with it, and a generator seeded alike would replay the numbers that transforms
+    drawing from the global generator (torchvision's) get."""
     info = get_worker_info()  # in a worker: its id, the seed PyTorch set for it, its copy of the dataset
+    seed = int(np.random.SeedSequence([info.seed, 1]).generate_state(1, np.uint64)[0])  # a stream of its own
     if isinstance(info.dataset.rng, torch.Generator):
-        info.dataset.rng.manual_seed(info.seed)
+        info.dataset.rng.manual_seed(seed)
     else:
-        info.dataset.rng = np.random.default_rng(info.seed)
+        info.dataset.rng = np.random.default_rng(seed)
 
 
 class PerSampleDraws(Dataset):
