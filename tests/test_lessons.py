@@ -425,10 +425,11 @@ def test_prefetch_checks_fail_when_the_workers_are_slower_than_the_loop_on_avera
 
 
 # -- 04 · what workers speed up ---------------------------------------------------------------------
-def cpu_case(scaling_cores=2, batch_sampler_s=0.02, train_batch_sampler_s=0.3, startup_s=0.0):
+def cpu_case(scaling_cores=2, batch_sampler_s=0.02, train_batch_sampler_s=0.3, startup_s=0.0,
+             counts=range(5)):
     n, y = 0.05, 0.002
     runs = {}
-    for x in range(5):
+    for x in counts:
         # x workers share `scaling_cores` cores: each batch takes longer on the wall clock past that
         load = n if x == 0 else n * max(1.0, x / scaling_cores)
         plan = helpers.simulate(24, load, y, x, startup_s=startup_s if x else 0.0)
@@ -505,6 +506,21 @@ def test_limits_checks_report_busy_cores_and_many_cores_as_premises():
     many = limits.checks(runs, 16, 15.9, data_paths, training)  # 16 cores: 4 workers never exceed them
     assert many[3].passed is None and "16 cores" in many[3].premise
     assert "still growing" in limits.cpu_reading(limits.speedups(runs), 16, 15.9)
+
+
+def test_limits_judges_workers_beyond_the_cores_on_a_machine_with_more_cores():
+    # range(5) on 4 cores never tried more workers than cores: "beyond" was never judged there
+    from helpers.lessons import limits
+
+    assert limits.worker_counts(2) == [0, 1, 2, 3, 4]
+    assert limits.worker_counts(4) == [0, 1, 2, 3, 4, 6] and limits.worker_counts(16)[-2:] == [16, 18]
+    runs, data_paths, training = cpu_case(scaling_cores=4, counts=limits.worker_counts(4))
+    (beyond,) = [c for c in limits.checks(runs, 4, 3.97, data_paths, training) if "beyond" in c.claim]
+    assert beyond.passed is True, beyond
+    # as if 6 workers computed at once on 4 cores
+    runs, data_paths, training = cpu_case(scaling_cores=6, counts=limits.worker_counts(4))
+    failed = failing(limits.checks(runs, 4, 3.97, data_paths, training))
+    assert "workers beyond the cores add nothing" in failed
 
 
 def test_limits_checks_test_the_lesson_inside_a_quota_of_one_and_a_half_cpus():

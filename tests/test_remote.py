@@ -299,11 +299,12 @@ print(json.dumps(per_request))
 @pytest.mark.untimed
 def test_the_loaders_cpu_counts_its_workers_and_not_their_start_up_under_every_start_method(tmp_path):
     """A forkserver's workers are the server's children, not this process's: their CPU never reached
-    ``os.times()``'s children (notebook 13 read 0.3 ms a request under forkserver, ~3 under fork); and
-    a spawned worker's start-up (importing torch, ~1.5 s) is not its requests' work. The same loader
-    under each start method: about the same CPU per request as under fork. In a Python of its own with
-    a temporary folder of its own, so that its forkserver and store are not the pytest runner's (the
-    pymp-* folder `make test` once found came from another test: test_copy_on_read.py says which)."""
+    ``os.times()``'s children (notebook 13 read 0.3 ms a request under forkserver, ~3 under fork);
+    and a spawned worker's start-up (importing torch, ~1.5 s) is not its requests' work. The same
+    loader under each start method: about the same CPU per request as under fork (within 3×). In a
+    Python of its own with a temporary folder of its own, so that its forkserver and store are not
+    the pytest runner's (the pymp-* folder `make test` once found came from another test:
+    test_copy_on_read.py says which)."""
     import tempfile
 
     root = Path(__file__).resolve().parent.parent
@@ -316,8 +317,11 @@ def test_the_loaders_cpu_counts_its_workers_and_not_their_start_up_under_every_s
         shutil.rmtree(tmp, ignore_errors=True)
     assert done.returncode == 0, done.stderr[-3000:]
     per_request = json.loads(done.stdout.strip().splitlines()[-1])
+    # Within 3x of fork: the mistakes this catches are about 10x off (a forkserver's CPU lost: 0.3 ms
+    # against ~3; a spawned worker's start-up counted: ~60 ms a request), while 24 requests of 2 forked
+    # workers can cost twice what a forkserver's cost (6.6 ms against 3.2 measured).
     fork = per_request["fork"]
-    assert fork > 0 and all(0.5 * fork <= v <= 2 * fork for v in per_request.values()), per_request
+    assert fork > 0 and all(fork / 3 <= v <= 3 * fork for v in per_request.values()), per_request
 
 
 def test_requests_in_flight_arithmetic():

@@ -46,6 +46,12 @@ def cpu_reading(speedup: dict[int, float], cores: int, cores_free: float) -> str
     )
 
 
+def worker_counts(cores: int) -> list[int]:
+    """The worker counts of the CPU-bound sweep: 0 to 4, the effective cores (as a count of busy
+    processes) and two beyond them, so that "workers beyond the cores" is judged on any machine."""
+    return sorted({*range(5), cores, cores + 2})
+
+
 def checks(
     cpu_runs: dict[int, Timeline],
     cores: int,
