@@ -85,10 +85,9 @@ def test_a_killed_rank_fails_the_launch_and_torchrun_lists_it(num_workers):
     # second: its SIGTERM comes after that line unless the poll falls within milliseconds of the death; before
     # the step printed its own line, the traceback once came after it). A forked worker holds the dead rank's
     # sockets until it exits: whether the peer hears of it before the agent stops it is a race, either way.
-    if not num_workers:
-        assert run.peers_that_saw_it() == {0}, run.output[-3000:]
-    else:
-        assert run.peers_that_saw_it() <= {0}
+    # On 2 busy cores the agent's poll can also stop the peer before its line is out (no line from
+    # rank 0, its SIGTERM first, seen in make test's timing tests): whether the peer says so is a race too.
+    assert run.peers_that_saw_it() <= {0}, run.output[-3000:]
     assert run.left_behind == [] and helpers.child_processes() == set()
 
 
