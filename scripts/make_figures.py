@@ -12,7 +12,8 @@
   worker's USS and PSS under the timeline; the same with persistent workers over two epochs.
 * Notebook 13: one GET of 4 KiB to 8 MiB from a local file, the object store on loopback and
   through a 40 ms / 25 MB/s proxy; 512 objects of 16 KiB read by 2 workers, each with a pool
-  of 8 threads in ``__getitems__``, every request under the timeline.
+  of 8 threads in ``__getitems__``, from a store that serves 8 at once, every request under the
+  timeline.
 * Notebook 14: 960 synthetic 448-pixel JPEGs decoded and augmented by 0-3 workers; 1 worker,
   2 threads in one worker and 2 workers, for those and for 4096 tiny 32-pixel JPEGs.
 * Notebook 15: an epoch of 512 ids killed with SIGKILL after step 23 and resumed from the
@@ -270,12 +271,13 @@ def remote(where: str) -> None:
         save(fig, "remote_first_byte.png", where)
         print(helpers.timing_table([t for t in timings if t.size in (16 * 1024, 8 * 2**20)]))
         keys = store.make_bucket("lab", count=512, size=16 * 1024)
-        loader = DataLoader(helpers.S3Dataset(remote_end, "lab", keys, threads=8), batch_size=32,
+        limited = store.endpoint(latency_s=rtt, bandwidth=bandwidth, concurrency=8)  # as notebook 13's
+        loader = DataLoader(helpers.S3Dataset(limited, "lab", keys, threads=8), batch_size=32,
                             shuffle=True,
                             num_workers=2, worker_init_fn=helpers.freeze_gc)  # as notebook 13's loaders
         timeline, requests = helpers.measure_requests(loader, helpers.ModelledStep(0.005))
-        title = (f"512 objects of 16 KiB, 2 workers × 8 threads in __getitems__, 40 ms round trip: "
-                 f"{requests.samples_per_s():.0f} samples/s — {where}")
+        title = (f"512 objects of 16 KiB, 2 workers × 8 threads in __getitems__, 40 ms round trip, a store "
+                 f"serving 8 at once: {requests.samples_per_s():.0f} samples/s — {where}")
         fig = helpers.plot_requests(timeline, requests, title=title, concurrency=16)
         save(fig, "remote_requests.png", where)
         print("remote_requests.png:", f"{requests.samples_per_s():.0f} samples/s,",

@@ -30,6 +30,7 @@ _pending: list[dict] = []  # records of the test that is running now
 _built: dict[int, tuple[object, dict]] = {}  # id(check) -> (the check, its record), this test's
 _consumed: dict[int, tuple[object, list[dict]]] = {}  # id(lesson frame) -> (it, the checks it read since)
 _test_file: list[str] = []  # the running test's file (it may live outside tests/)
+_test_function: list[str] = []  # the running test's function (its name in the file)
 
 
 def _lesson_frame(lessons_dir: str):
@@ -127,6 +128,7 @@ def _clear() -> None:
 def pytest_runtest_setup(item):
     _clear()
     _test_file[:] = [os.path.realpath(str(item.path))]
+    _test_function[:] = [getattr(item, "originalname", item.name)]
 
 
 def pytest_runtest_logreport(report):
@@ -136,5 +138,6 @@ def pytest_runtest_logreport(report):
         with open(Path(_FOLDER) / f"records-{os.getpid()}.jsonl", "a", encoding="utf-8") as out:
             for record in _pending:
                 out.write(json.dumps({key: value for key, value in record.items() if key != "feeds"}
-                                     | {"test": report.nodeid}) + "\n")
+                                     | {"test": report.nodeid, "test_file": _test_file[0],
+                                        "test_function": _test_function[0]}) + "\n")
     _clear()

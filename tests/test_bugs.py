@@ -126,6 +126,18 @@ def test_a_compiled_step_counts_the_recompile_of_the_ragged_batch():
     assert not runs["dynamic"].recompiles and runs["dynamic"].dynamic
 
 
+def test_the_trained_count_reads_the_rows_the_loss_reached():
+    # A padded batch whose mask keeps every row (a loss that forgot the mask): the padding rows reach
+    # the loss, and the count says so under id -1; with the mask, only the real rows.
+    step = helpers.CompiledStep(features=8, hidden=16, backend="eager")
+    x, y, ids, keep = helpers.PadToBatch(4)([helpers.Features(6, features=8)[i] for i in (4, 5)])
+    step((x, y, ids, torch.ones_like(keep)))
+    assert step.trained == {4: 1, 5: 1, -1: 2}
+    masked = helpers.CompiledStep(features=8, hidden=16, backend="eager")
+    masked((x, y, ids, keep))
+    assert masked.trained == {4: 1, 5: 1}
+
+
 def test_the_backend_follows_the_mode_and_the_compiler(monkeypatch):
     monkeypatch.setenv("DLLAB_SMOKE", "1")
     assert helpers.compile_backend()[0] == "eager"

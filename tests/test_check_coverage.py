@@ -11,8 +11,11 @@ cannot fail: it is never covered (build the ✓ and the ✗ from one expression,
 The test files that use a lesson's checks run in a pytest subprocess with ``tests/check_recorder.py``,
 which notes, for every check a *passing* test built, the call site in ``helpers/lessons/`` that built
 it, its verdict, and whether the test read that verdict. A site is covered when at least one of its
-checks came out ✗ and a passing test read it (a ✗ built on the way and never looked at shows
-nothing); a site in a loop (one claim per stage, say) is covered by any of its claims, as they share
+checks came out ✗, a passing test read it (a ✗ built on the way and never looked at shows nothing),
+and that test names the claim (:func:`named`: a test that counts the ✗s names none). A ✗ is a
+claim judged on a held premise: a premise that fails, a NaN among them, gives "premise failed"
+(``helpers/classroom/checks.py``), which covers nothing. A site in a loop (one claim per stage,
+say) is covered by any of its claims, as they share
 the expression that decides the verdict. The subprocess makes the result
 independent of the order the tests run in, and of pytest-xdist (the plugin is loaded by every
 process, each writes its own record file). It takes about 9 s on 2 cores, most of it importing torch
@@ -22,6 +25,7 @@ process, each writes its own record file). It takes about 9 s on 2 cores, most o
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import os
 import subprocess
@@ -191,6 +195,50 @@ def site_of(record: dict, sites: list[Site]) -> Site | None:
     return min(containing, key=Site.size, default=None)
 
 
+#: The shortest piece of a claim a test may name it by (a claim shorter than this: the whole claim).
+NAME_CHARS = 12
+
+
+def _strings(node: ast.AST) -> set[str]:
+    """The string literals in ``node``, with the literal parts of its f-strings."""
+    return {n.value for n in ast.walk(node) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+
+
+@functools.cache
+def names_in_test(test_file: str, function: str) -> frozenset[str]:
+    """The strings a test function names claims by: its own literals (decorators included) and
+    those of the module-level names it uses (``CLAIM = "..."``, a tuple of claims, a function of the
+    test file that picks a claim by its words)."""
+    tree = ast.parse(Path(test_file).read_text())
+    module_values: dict[str, set[str]] = {}
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name != function:
+            module_values.setdefault(node.name, set()).update(_strings(node))
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                for name in ast.walk(target):
+                    if isinstance(name, ast.Name):
+                        module_values.setdefault(name.id, set()).update(_strings(node.value))
+    found: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == function:
+            found |= _strings(node)
+            for name in ast.walk(node):
+                if isinstance(name, ast.Name) and isinstance(name.ctx, ast.Load):
+                    found |= module_values.get(name.id, set())
+    return frozenset(found)
+
+
+def named(record: dict) -> bool:
+    """Whether the test that read this ✗ names its claim: a literal of the test (or a module-level
+    constant it uses) is the claim, or a piece of it at least :data:`NAME_CHARS` long. A test that
+    reads every verdict and counts the ✗s (``len(failing(...)) == 3``) names none."""
+    claim = record["claim"]
+    return any(text == claim or (len(text) >= min(NAME_CHARS, len(claim)) and text in claim)
+               for text in names_in_test(record["test_file"], record["test_function"]))
+
+
 def test_the_site_finder_knows_the_constructors():
     can_fail, premise_only = constructors()
     assert {"Check", "holds", "at_least", "at_most", "near", "exceeds", "clearly_above"} <= can_fail
@@ -208,7 +256,7 @@ def test_every_lesson_check_has_a_failing_case(tmp_path):
     assert len(sites) > 100, "the site finder found too few checks"
     records, outcome = run_lesson_tests(tmp_path)
     assert records, f"the recorder saw no check: did the lesson tests run? ({outcome})"
-    failed = [r for r in records if r["passed"] is False and r["read"]]
+    failed = [r for r in records if r["passed"] is False and r["read"] and named(r)]
     unplaced = [r for r in failed if site_of(r, sites) is None]
     if unplaced:
         pytest.fail("checks built where the site finder does not look (a constructor it does not know?):\n"
@@ -216,6 +264,7 @@ def test_every_lesson_check_has_a_failing_case(tmp_path):
                     pytrace=False)
     covered = {site_of(r, sites) for r in failed}
     unread = {site_of(r, sites) for r in records if r["passed"] is False and not r["read"]}
+    unnamed = {site_of(r, sites) for r in records if r["passed"] is False and r["read"] and not named(r)}
     claims: dict[Site, set[str]] = {}
     for r in records:  # the claims each site was seen to make, to name them in the message
         site = site_of(r, sites)
@@ -226,7 +275,9 @@ def test_every_lesson_check_has_a_failing_case(tmp_path):
         pytest.fail(
             f"{len(uncovered)} of {len(sites)} lesson checks never fail in a passing unit test "
             f"(add a configuration where the lesson is false; the lesson tests: {outcome}):\n"
-            + "\n".join(f"- {s}" + (" — a test built its ✗ but never read the verdict" if s in unread else "")
+            + "\n".join(f"- {s}" + (" — a test read its ✗ but never named the claim" if s in unnamed
+                                    else " — a test built its ✗ but never read the verdict" if s in unread
+                                    else "")
                         + "".join(f"\n    claim: {c}" for c in sorted(claims.get(s, ())))
                         for s in uncovered), pytrace=False)
     stale = [key for key in EXEMPT if not any((Path(s.file).name, s.claim) == key for s in sites)
@@ -295,3 +346,47 @@ def test_a_failing_check_counts_only_where_the_test_reads_its_verdict(tmp_path):
                     "folded, read: the comparison": True, "folded, read: the claim shown": True,
                     "folded, unread: the comparison": False, "folded, unread: the claim shown": False}, \
         (read, outcome)
+
+
+_NAMING = '''
+CLAIM = "a claim kept in a module constant"
+
+
+def pick(checks):
+    return [c for c in checks if "picked by a helper of the file" in c.claim]
+
+
+def test_named_in_full():
+    assert failing(checks) == ["a claim named in full by the test"]
+
+
+def test_named_by_a_piece():
+    assert any(c.startswith("named by a piece") for c in failing(checks))
+
+
+def test_counted():  # what main_process.py's checks had: the ✗s counted, none named
+    assert len(failing(main_process_case(sweep={5: 0.018, 1: 0.04}))) == 3
+
+
+def test_by_constant():
+    assert CLAIM in failing(checks)
+
+
+def test_by_helper():
+    (check,) = pick(checks)
+'''
+
+
+def test_a_failing_check_counts_only_where_the_test_names_its_claim(tmp_path):
+    example = tmp_path / "test_naming.py"
+    example.write_text(_NAMING)
+
+    def is_named(claim, function):
+        return named({"claim": claim, "test_file": str(example), "test_function": function})
+
+    assert is_named("a claim named in full by the test", "test_named_in_full")
+    assert is_named("named by a piece of its words, the rest measured: 3.2 ms", "test_named_by_a_piece")
+    assert not is_named("5 workers: the time per batch is the model's floor y + m, not n/5", "test_counted")
+    assert not is_named("a claim named in full by the test", "test_counted")  # named by another test only
+    assert is_named("a claim kept in a module constant", "test_by_constant")
+    assert is_named("a claim picked by a helper of the file, and more", "test_by_helper")

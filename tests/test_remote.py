@@ -156,6 +156,27 @@ def test_the_proxy_adds_the_round_trip_and_caps_the_bandwidth(store, keys):
     assert capped.total_s >= 2**20 / 4e6 * 0.9
 
 
+def test_a_store_limit_serves_so_many_requests_at_once_and_the_rest_wait_in_it(store, keys):
+    # 8 GETs at once into a store that serves 2 at a time, 50 ms round trip: the proxy lets 2 through,
+    # holds the others until a slot frees, in order, and the log puts the wait in the store's part.
+    limited = store.endpoint(latency_s=0.05, concurrency=2)
+    assert "at most 2 requests served at once" in limited.describe()
+    dataset = helpers.S3Dataset(limited, "test", keys[:8], threads=8)
+    loader = DataLoader(dataset, batch_size=8, num_workers=0)
+    _, requests = helpers.measure_requests(loader, helpers.ModelledStep(0.001), store=store, progress=False)
+    parts = requests.mean_parts()
+    # 8 requests, 2 at a time: 4 rounds; the mean request waits 1.5 rounds of about one request's time
+    assert parts["proxy"] >= 0.05, parts
+    assert requests.median_s() >= 1.5 * 0.05
+    free = store.endpoint(latency_s=0.05)
+    _, unlimited = helpers.measure_requests(DataLoader(helpers.S3Dataset(free, "test", keys[:8], threads=8),
+                                                       batch_size=8, num_workers=0),
+                                            helpers.ModelledStep(0.001), store=store, progress=False)
+    assert unlimited.mean_parts()["proxy"] < 0.5 * parts["proxy"], (unlimited.mean_parts(), parts)
+    with pytest.raises(ValueError, match="concurrency"):
+        store.endpoint(concurrency=0)
+
+
 @pytest.mark.untimed
 def test_clear_errors_name_the_fix(store, keys):
     stopped = helpers.ObjectStore().start()

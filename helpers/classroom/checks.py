@@ -135,25 +135,58 @@ def _fmt(value: float, unit: str) -> str:
     return f"{value:.3g}{unit}"
 
 
+#: Why a comparison with nothing measured is not judged: a NaN or an infinity is a missing
+#: measurement (no batch of that kind, a run that did not happen), not a claim found false.
+UNMEASURED = "nothing was measured to compare (a missing value)"
+
+
+def _unmeasured(*values: float) -> bool:
+    return not all(math.isfinite(v) for v in values)
+
+
 def near(claim: str, measured: float, expected: float, *, rel: float, noise_s: float = 0.0,
          unit: str = "s") -> Check:
-    """``measured`` is within the margin (:func:`margin_s`) of ``expected``."""
+    """``measured`` is within the margin (:func:`margin_s`) of ``expected``; "premise failed"
+    when either is not a finite number."""
     tolerance = margin_s(expected, rel, noise_s) if unit == "s" else rel * abs(expected)
-    ok = math.isfinite(measured) and abs(measured - expected) <= tolerance
     text = f"{_fmt(measured, unit)} (expected {_fmt(expected, unit)} ± {_fmt(tolerance, unit)})"
-    return Check(claim, text, ok)
+    if _unmeasured(measured, expected, tolerance):
+        return Check(claim, text, None, UNMEASURED)
+    return Check(claim, text, abs(measured - expected) <= tolerance)
 
 
 def at_most(claim: str, measured: float, bound: float, *, unit: str = "s", what: str = "bound") -> Check:
-    """``measured <= bound``."""
-    ok = math.isfinite(measured) and measured <= bound
-    return Check(claim, f"{_fmt(measured, unit)} (at most {_fmt(bound, unit)}: {what})", ok)
+    """``measured <= bound``; "premise failed" when either is not a finite number."""
+    text = f"{_fmt(measured, unit)} (at most {_fmt(bound, unit)}: {what})"
+    if _unmeasured(measured, bound):
+        return Check(claim, text, None, UNMEASURED)
+    return Check(claim, text, measured <= bound)
 
 
 def at_least(claim: str, measured: float, bound: float, *, unit: str = "s", what: str = "bound") -> Check:
-    """``measured >= bound``."""
-    ok = math.isfinite(measured) and measured >= bound
-    return Check(claim, f"{_fmt(measured, unit)} (at least {_fmt(bound, unit)}: {what})", ok)
+    """``measured >= bound``; "premise failed" when either is not a finite number."""
+    text = f"{_fmt(measured, unit)} (at least {_fmt(bound, unit)}: {what})"
+    if _unmeasured(measured, bound):
+        return Check(claim, text, None, UNMEASURED)
+    return Check(claim, text, measured >= bound)
+
+
+def no_effect(claim: str, measured: float, reference: float, *, rel: float, noise: float, effect: float,
+              unit: str = "s", what: str = "") -> Check:
+    """A claim of no effect: ``measured`` is within the tolerance of ``reference`` (``rel`` of it, or three
+    times the ``noise``). Judged only where the effect the claim denies (``effect``: the difference
+    expected if the claim were false) would stand out of that tolerance; else "premise failed": the run
+    could not have shown the effect, so its absence says nothing."""
+    tolerance = max(rel * abs(reference), 3 * noise, TIMER_FLOOR_S if unit == "s" else 0.0)
+    text = (f"{_fmt(measured, unit)} vs {_fmt(reference, unit)} ± {_fmt(tolerance, unit)}"
+            + (f" ({what})" if what else ""))
+    if _unmeasured(measured, reference, tolerance, effect):
+        return Check(claim, text, None, UNMEASURED)
+    if abs(effect) <= tolerance:
+        return Check(claim, text, None, f"the effect this run would show if the claim were false "
+                                        f"({_fmt(abs(effect), unit)}) is within its tolerance: it could not "
+                                        "tell no effect from one")
+    return Check(claim, text, abs(measured - reference) <= tolerance)
 
 
 def holds(claim: str, ok: bool, measured: str) -> Check:
@@ -174,11 +207,12 @@ def exceeds(claim: str, measured: float, reference: float, *, gap: float, noise:
     gap (``3 × noise >= gap / 2``), which is reported as a failed premise."""
     text = (f"{_fmt(measured, unit)} vs {_fmt(reference, unit)}, predicted gap {_fmt(gap, unit)}"
             + (f" ({what})" if what else ""))
+    if _unmeasured(measured, reference, gap, noise):
+        return Check(claim, text, None, UNMEASURED)
     if 3 * noise >= gap / 2:
         return Check(claim, text, None, f"the predicted gap is within this run's timing noise "
                                         f"(± {_fmt(3 * noise, unit)})")
-    ok = math.isfinite(measured) and measured >= reference + gap / 2
-    return Check(claim, text, ok)
+    return Check(claim, text, measured >= reference + gap / 2)
 
 
 def clearly_above(claim: str, measured: float, reference: float, *, noise: float, unit: str = "s",
@@ -188,7 +222,9 @@ def clearly_above(claim: str, measured: float, reference: float, *, noise: float
     reports a failed premise in between."""
     margin = max(3 * noise, TIMER_FLOOR_S) if unit == "s" else 3 * noise
     text = f"{_fmt(measured, unit)} vs {_fmt(reference, unit)}" + (f" ({what})" if what else "")
-    if not math.isfinite(measured) or measured <= reference:
+    if _unmeasured(measured, reference, noise):
+        return Check(claim, text, None, UNMEASURED)
+    if measured <= reference:
         return Check(claim, text, False)
     if measured >= reference + margin:
         return Check(claim, text, True)

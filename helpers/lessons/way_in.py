@@ -104,7 +104,8 @@ def checks(before: tuple[Sequence[float], Sequence[float]], diagnosis, followed:
         return out + [premise_failed(claim, "", why) for claim in claims]
     first = followed[0] if followed else None
     if first is None:
-        out.append(holds(claims[0], False, "the diagnosis advised no setting to follow"))
+        # nothing to follow (the next check still asks whether the loop stopped waiting)
+        out.append(premise_failed(claims[0], "", "the diagnosis advised no setting to follow"))
     else:
         out.append(holds(claims[0], gain_share(first) >= 0.5,
                          f"{first.recommendation.knob}: {first.before_s * 1e3:.1f} → "

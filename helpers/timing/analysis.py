@@ -97,3 +97,12 @@ def stops_per_batch_s(tl: Timeline) -> float | None:
         stops += epoch.stopped_s - epoch.stopped_in_iter_s - epoch.stopped_to_first_s
         after_first += max(len(tl.epoch_batches(epoch.epoch)) - 1, 0)
     return stops / after_first if after_first else None
+
+
+def main_cpu_per_batch_s(tl: Timeline) -> float | None:
+    """The main process's CPU per batch (s): the loop's own work, and any thread beside it (a pin or
+    prefetch thread, threads building batches); None where :attr:`Timeline.main_cpu_s` was not
+    measured."""
+    if tl.main_cpu_s is None or not tl.batches:
+        return None
+    return tl.main_cpu_s / len(tl.batches)

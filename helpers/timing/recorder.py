@@ -15,6 +15,7 @@ import collections
 import itertools
 from collections.abc import Callable, Iterator
 from time import perf_counter as clock
+from time import process_time
 from typing import Any
 
 from torch.utils.data import DataLoader
@@ -120,7 +121,7 @@ def record(
     bar = _progress(loader, epochs, max_batches, progress if isinstance(progress, str) else None) \
         if progress else None
     stat_files = quota_stat_files()  # a CPU quota's counters of its stops (none: nothing to read)
-    t0 = clock()
+    t0, cpu0 = clock(), process_time()
     try:
         with GcMonitor() as gc_monitor:
             for epoch in range(epochs):
@@ -135,8 +136,10 @@ def record(
         torch_internals.drop_persistent_iterator(loader)
         if bar is not None:
             bar.close()
+    main_cpu_s = process_time() - cpu0
     pauses = [Pause(start - t0, end - t0, generation) for start, end, generation in gc_monitor.pauses]
-    return Timeline(batches=batches, epochs=epoch_records, config=config, spans=spans, pauses=pauses)
+    return Timeline(batches=batches, epochs=epoch_records, config=config, spans=spans, pauses=pauses,
+                    main_cpu_s=main_cpu_s)
 
 
 def record_fastest(runs: dict[Any, Callable[[], Timeline]], rounds: int = 2, *,

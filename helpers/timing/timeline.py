@@ -1,9 +1,6 @@
-"""What :func:`helpers.record` returns: every batch, every epoch, and views of them.
-
-All times are seconds on one clock (``time.perf_counter``, system-wide on Linux, macOS
-and Windows), relative to the recording's start. :mod:`helpers.timing.hooks` explains where
-each time is taken; :mod:`helpers.timing.recorder` holds the loop that takes them.
-"""
+"""What :func:`helpers.record` returns: every batch, every epoch, and views of them. All times
+are seconds on one clock (``time.perf_counter``, system-wide on Linux, macOS and Windows),
+relative to the recording's start: :mod:`helpers.timing.hooks` says where each is taken."""
 
 from __future__ import annotations
 
@@ -147,6 +144,8 @@ class Timeline:
     config: dict[str, Any]
     spans: list[Span] = field(default_factory=list)
     pauses: list[Pause] = field(default_factory=list)
+    #: CPU seconds of the main process (all its threads) from the first iter() to the end; None: not measured
+    main_cpu_s: float | None = None
 
     # -- derived views ------------------------------------------------------
     @property

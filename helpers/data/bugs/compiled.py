@@ -77,7 +77,8 @@ class CompiledStep:
 
     Making one forgets every earlier compile (:func:`~helpers.timing.torch_internals.reset_compiles`),
     so that its :attr:`compiles` are its own; ``trained`` counts how often each sample id was
-    trained on (padding rows excluded)."""
+    trained on, read from the loss itself: the rows of the batch its gradient reached (a padding row
+    the mask leaves out gets a gradient of exactly zero; one the loss counts, under id -1, does not)."""
 
     def __init__(self, *, features: int = 64, hidden: int = 256, classes: int = 10, backend: str = "eager",
                  dynamic_batch: bool = False, seed: int = 0):
@@ -97,6 +98,7 @@ class CompiledStep:
     def __call__(self, batch: Any) -> None:
         x, y, ids, *padding = batch
         keep = padding[0] if padding else torch.ones(len(ids), dtype=torch.bool)
+        x = x.detach().requires_grad_()  # to see which rows the loss reached
         if self.dynamic_batch:
             mark_batch_dynamic(x)
         losses = nn.functional.cross_entropy(self.compiled(x), y, reduction="none")
@@ -104,7 +106,8 @@ class CompiledStep:
         loss.backward()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        self.trained.update(ids[keep].tolist())
+        reached = x.grad.abs().sum(dim=tuple(range(1, x.dim()))) > 0
+        self.trained.update(ids[reached].tolist())
 
     @property
     def compiles(self) -> list[CompileEvent]:

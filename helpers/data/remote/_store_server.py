@@ -5,9 +5,11 @@ it imports neither torch nor the lab. It binds 127.0.0.1 only, on ports the kern
 and talks to its parent in JSON lines: it prints the server's port and the credentials of
 the user it created, then answers commands read from stdin —
 
-- ``{"cmd": "proxy", "latency_s": 0.05, "bandwidth": 1e7}``: start a proxy to the server
-  that delays every byte by half the round trip in each direction and sends at most
-  ``bandwidth`` bytes/s per connection; answers ``{"port": ..., "pid": ...}``;
+- ``{"cmd": "proxy", "latency_s": 0.05, "bandwidth": 1e7, "concurrency": 8}``: start a proxy to
+  the server that delays every byte by half the round trip in each direction, sends at most
+  ``bandwidth`` bytes/s per connection, and serves at most ``concurrency`` requests at once (the
+  others wait in it, in the order they came: the store's own limit); answers
+  ``{"port": ..., "pid": ...}``;
 - ``{"cmd": "stats"}``: connections, bytes and CPU seconds of each proxy;
 - ``{"cmd": "log", "port": ...}``: what that proxy saw of each connection since the last
   ``log`` (its request line, and when its bytes passed: ``time.perf_counter``, one clock
@@ -67,10 +69,11 @@ class _Direction:
         self.free_at = 0.0
         self.eof = False  # the source closed
         self.done = False  # everything forwarded and the sink's write side shut
+        self.held = False  # the store has no slot for this request yet: nothing leaves
 
     def next_send(self) -> float | None:
-        """When the next chunk may leave (None: nothing waits, or the sink is full)."""
-        if self.pending or not self.queue:
+        """When the next chunk may leave (None: nothing waits, the sink is full, or held)."""
+        if self.pending or not self.queue or self.held:
             return None
         due, data = self.queue[0]
         return max(due, self.free_at) + (len(data) / self.bandwidth if self.bandwidth else 0.0)
@@ -120,6 +123,7 @@ class _Connection:
             upstream, client, half, bandwidth, log, ("response_in", "response_out", "response_end")
         )
         self.masks = {client: 0, upstream: 0}  # what the selector watches on each socket
+        self.admitted = True  # it holds one of the store's slots (with a concurrency limit)
 
     def reading(self, sock) -> _Direction:
         return self.up if sock is self.client else self.down
@@ -146,9 +150,13 @@ class _Connection:
             sock.close()
 
 
-def proxy_main(server_port: int, latency_s: float, bandwidth: float | None) -> None:
+def proxy_main(server_port: int, latency_s: float, bandwidth: float | None,
+               concurrency: int | None = None) -> None:
     """One proxy: answers ``stats`` and ``log`` on stdin; exits at the end of its input or
-    when its parent (the store's process) is gone."""
+    when its parent (the store's process) is gone. With ``concurrency``, at most that many
+    connections (each one request: moto closes it after its response) are forwarded at once; a
+    request beyond them is read and held until one ends, first come first served, and the log
+    notes when it was let through (``admitted``)."""
     threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
     listener = socket.create_server(("127.0.0.1", 0))
     listener.setblocking(False)
@@ -158,6 +166,7 @@ def proxy_main(server_port: int, latency_s: float, bandwidth: float | None) -> N
     stats = {"connections": 0, "bytes": 0}
     log: list[dict] = []
     connections: set[_Connection] = set()
+    waiting: collections.deque[_Connection] = collections.deque()  # beyond the limit, in arrival order
     commands = b""
     _say({"port": listener.getsockname()[1], "pid": os.getpid()})
     while True:
@@ -171,14 +180,26 @@ def proxy_main(server_port: int, latency_s: float, bandwidth: float | None) -> N
             if conn.up.done and conn.down.done:
                 conn.close(selector)
                 connections.discard(conn)
+                if conn in waiting:
+                    waiting.remove(conn)
             else:
                 conn.watch(selector)
+        active = sum(1 for c in connections if c.admitted)
+        while waiting and (concurrency is None or active < concurrency):
+            conn = waiting.popleft()
+            conn.admitted, conn.up.held = True, False
+            conn.up.log["admitted"] = now
+            active += 1
         times = [t for c in connections for d in (c.up, c.down) if (t := d.next_send()) is not None]
         timeout = max(0.0, min(times) - time.perf_counter()) if times else None
         for key, events in selector.select(timeout):
             now = time.perf_counter()
             if key.data == "listener":
-                _accept(listener, server_port, latency_s, bandwidth, connections, log, stats, now)
+                made = _accept(listener, server_port, latency_s, bandwidth, connections, log, stats, now)
+                for conn in made:
+                    if concurrency is not None:  # admitted in turn at the top of the loop
+                        conn.admitted, conn.up.held = False, True
+                        waiting.append(conn)
             elif key.data == "commands":
                 chunk = os.read(sys.stdin.fileno(), 65536)
                 if not chunk:  # the store closed our input: stop
@@ -210,12 +231,14 @@ def proxy_main(server_port: int, latency_s: float, bandwidth: float | None) -> N
             # a socket ready for writing: the loop above sends what waits for it
 
 
-def _accept(listener, server_port, latency_s, bandwidth, connections, log, stats, now) -> None:
+def _accept(listener, server_port, latency_s, bandwidth, connections, log, stats, now) -> list[_Connection]:
+    """Accepts every client waiting to connect; returns their connections."""
+    accepted: list[_Connection] = []
     while True:
         try:
             client, _ = listener.accept()
         except BlockingIOError:
-            return
+            return accepted
         try:
             upstream = socket.create_connection(("127.0.0.1", server_port))  # loopback: at once
         except OSError:  # the server is stopping: refuse this client, keep accepting
@@ -227,16 +250,20 @@ def _accept(listener, server_port, latency_s, bandwidth, connections, log, stats
         entry = {"accepted": now}
         log.append(entry)
         stats["connections"] += 1
-        connections.add(_Connection(client, upstream, latency_s, bandwidth, entry))
+        conn = _Connection(client, upstream, latency_s, bandwidth, entry)
+        connections.add(conn)
+        accepted.append(conn)
 
 
 # -- the store's process --------------------------------------------------------------------
 class ProxyProcess:
     """The store's handle on one proxy's process (see :func:`proxy_main`)."""
 
-    def __init__(self, server_port: int, latency_s: float, bandwidth: float | None):
+    def __init__(self, server_port: int, latency_s: float, bandwidth: float | None,
+                 concurrency: int | None = None):
         self.process = subprocess.Popen(
-            [sys.executable, __file__, "proxy", str(server_port), repr(latency_s), repr(bandwidth)],
+            [sys.executable, __file__, "proxy", str(server_port), repr(latency_s), repr(bandwidth),
+             repr(concurrency)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -318,7 +345,8 @@ def main() -> None:
         for line in sys.stdin:
             command = json.loads(line)
             if command["cmd"] == "proxy":
-                proxy = ProxyProcess(port, float(command["latency_s"]), command.get("bandwidth"))
+                proxy = ProxyProcess(port, float(command["latency_s"]), command.get("bandwidth"),
+                                     command.get("concurrency"))
                 proxies.append(proxy)
                 _say({"port": proxy.port, "pid": proxy.pid})
             elif command["cmd"] == "stats":
@@ -338,6 +366,7 @@ def main() -> None:
 if __name__ == "__main__":
     if sys.argv[1:2] == ["proxy"]:
         bandwidth = None if sys.argv[4] == "None" else float(sys.argv[4])
-        proxy_main(int(sys.argv[2]), float(sys.argv[3]), bandwidth)
+        concurrency = None if sys.argv[5:6] in ([], ["None"]) else int(sys.argv[5])
+        proxy_main(int(sys.argv[2]), float(sys.argv[3]), bandwidth, concurrency)
     else:
         main()

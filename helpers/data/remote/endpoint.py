@@ -25,6 +25,7 @@ class Endpoint:
     latency_s: float = 0.0
     bandwidth: float | None = None  #: bytes/s per connection, None = uncapped
     region: str = "us-east-1"
+    concurrency: int | None = None  #: requests the store serves at once, None = no limit
 
     def client(self, max_connections: int = 10):
         """A boto3 S3 client for this endpoint (one attempt per request: a failure shows at once)."""
@@ -53,7 +54,7 @@ class Endpoint:
                 f"{self.latency_s * 1e3:.0f} ms round trip added"
                 + (f", {self.bandwidth / 1e6:.0f} MB/s per connection" if self.bandwidth else "")
             )
-        )
+        ) + (f", at most {self.concurrency} requests served at once" if self.concurrency else "")
         return f"{self.url} ({extra})"
 
 

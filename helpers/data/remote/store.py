@@ -37,7 +37,7 @@ class ObjectStore:
     def __init__(self) -> None:
         self._process: subprocess.Popen | None = None
         self._lock = threading.Lock()
-        self._proxies: dict[tuple[float, float | None], int] = {}
+        self._proxies: dict[tuple[float, float | None, int | None], int] = {}
         self._finalizer: weakref.finalize | None = None
         self.port: int | None = None
         self.access_key = self.secret_key = ""
@@ -133,28 +133,34 @@ class ObjectStore:
             return self._read(10.0)
 
     # -- use ----------------------------------------------------------------------------
-    def endpoint(self, latency_s: float = 0.0, bandwidth: float | None = None) -> Endpoint:
-        """Where to connect: the server itself (no latency, no cap), or a proxy that adds
-        ``latency_s`` of round trip to every request and caps each connection at ``bandwidth``
-        bytes/s. Proxies are made once per setting."""
+    def endpoint(self, latency_s: float = 0.0, bandwidth: float | None = None,
+                 concurrency: int | None = None) -> Endpoint:
+        """Where to connect: the server itself (no latency, no cap, no limit), or a proxy that adds
+        ``latency_s`` of round trip to every request, caps each connection at ``bandwidth``
+        bytes/s and, with ``concurrency``, serves at most that many requests at once (the rest
+        wait in the store, first come first served). Proxies are made once per setting."""
         if not isinstance(latency_s, int | float) or not 0 <= latency_s <= 5:
             raise ValueError(f"latency_s must be seconds between 0 and 5, got {latency_s!r}")
         if bandwidth is not None and (not isinstance(bandwidth, int | float) or bandwidth <= 0):
             raise ValueError(
                 f"bandwidth must be bytes per second above 0 (or None: uncapped), got {bandwidth!r}"
             )
+        if concurrency is not None and (isinstance(concurrency, bool) or not isinstance(concurrency, int)
+                                        or concurrency < 1):
+            raise ValueError(f"concurrency must be a whole number of requests, 1 or more (or None: no "
+                             f"limit), got {concurrency!r}")
         if not self.alive:
             raise StoreError("the object store is not running: call `store.start()` first")
-        key = (float(latency_s), None if bandwidth is None else float(bandwidth))
-        if key == (0.0, None):
+        key = (float(latency_s), None if bandwidth is None else float(bandwidth), concurrency)
+        if key == (0.0, None, None):
             port = self.port
         else:
             if key not in self._proxies:  # _ask holds the lock while it talks to the child
-                self._proxies[key] = self._ask({"cmd": "proxy", "latency_s": key[0], "bandwidth": key[1]})[
-                    "port"
-                ]
+                self._proxies[key] = self._ask({"cmd": "proxy", "latency_s": key[0], "bandwidth": key[1],
+                                                "concurrency": concurrency})["port"]
             port = self._proxies[key]
-        return Endpoint(f"http://127.0.0.1:{port}", self.access_key, self.secret_key, key[0], key[1])
+        return Endpoint(f"http://127.0.0.1:{port}", self.access_key, self.secret_key, key[0], key[1],
+                        concurrency=concurrency)
 
     def make_bucket(
         self, name: str, *, count: int, size: int, prefix: str = "obj", seed: int = 0
