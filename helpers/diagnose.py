@@ -251,6 +251,11 @@ def main(argv: list[str] | None = None) -> int:
             "torch the lab was tried with (README, 'Diagnose your own loader, in your own environment': "
             f"2.10 to {torch_internals.PINNED_TORCH}), or point the lab's own environment at your module "
             "(.venv/bin/python -m helpers.diagnose, run from your project's folder).") from None
+    except (RuntimeError, OSError) as error:
+        failure = loader_failure(error, loader)
+        if failure is None:
+            raise  # not one of the failures the lab teaches: its traceback says more than we could
+        raise SystemExit(failure) from None
     failed = None
     if args.verify:
         try:
@@ -268,6 +273,65 @@ def main(argv: list[str] | None = None) -> int:
         _report_failed_follow(failed, loader, result)
         return 1
     return 0
+
+
+def _messages(error: BaseException) -> str:
+    """The text of an error and of every error it was raised from or during."""
+    parts, seen = [], set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        parts.append(f"{type(error).__name__}: {error}")
+        error = error.__cause__ or error.__context__
+    return "\n".join(parts)
+
+
+def loader_failure(error: BaseException, loader: DataLoader) -> str | None:
+    """One paragraph for a loader that failed on its own while the diagnosis ran it (the diagnosis
+    keeps copies of batches in its own memory, so the loader meets these in your loop too): out of
+    file descriptors, out of shared memory, a worker killed. None for any other error."""
+    import errno
+
+    import torch.multiprocessing as mp
+
+    text = _messages(error)
+    strategy = mp.get_sharing_strategy()
+    if ("Too many open files" in text or "received 0 items of ancdata" in text
+            or getattr(error, "errno", None) == errno.EMFILE):
+        from helpers.timing.diagnosis.run import spare_descriptors
+
+        spare = spare_descriptors()
+        return (
+            "The loader ran out of file descriptors, on its own (the diagnosis keeps no descriptor of its "
+            f"batches). Under the {strategy!r} sharing strategy every tensor storage a worker hands over "
+            "holds one open descriptor while its batch is alive, so a batch of many small tensors needs "
+            "many. Fixes, as notebook 10 shows: stack the samples' tensors in collate_fn (one storage "
+            "instead of one per sample and field); or call "
+            "torch.multiprocessing.set_sharing_strategy('file_system') before making the loader; or raise "
+            f"the limit (ulimit -n; this process has {spare if spare is not None else 'an unknown number of'}"
+            " spare now). The error was: " + text.splitlines()[0][:300])
+    if ("No space left on device" in text or "Bus error" in text or "out of shared memory" in text
+            or "shared memory" in text and "limit" in text):
+        from helpers.data.failures import SHM
+
+        size = ""
+        if SHM.is_dir():
+            stat = os.statvfs(SHM)
+            size = f" ({stat.f_blocks * stat.f_frsize / 2**20:.0f} MiB here)"
+        return (
+            f"The workers ran out of shared memory: /dev/shm{size} could not hold the batches in flight. "
+            f"This loader keeps up to num_workers × prefetch_factor = {loader.num_workers} × "
+            f"{loader.prefetch_factor or 0} batches there. Fixes, as notebook 10 shows: fewer or smaller "
+            "batches in flight (prefetch_factor, num_workers, batch_size, uint8 instead of float32); or a "
+            "larger /dev/shm (docker run --shm-size=2g, or Kubernetes' emptyDir with medium: Memory). "
+            "The error was: " + text.splitlines()[0][:300])
+    if "exited unexpectedly" in text or "killed by signal" in text:
+        return (
+            "A worker of the loader died while the diagnosis ran it (the error names the signal). A "
+            "worker killed (signal: Killed) is most often the kernel's out-of-memory killer: each worker "
+            "holds its own copy of what it touches (notebook 12, copy-on-read). Fixes: fewer workers, a "
+            "dataset that keeps its index in NumPy arrays or tensors instead of Python lists, smaller "
+            "batches; dmesg names the killer. The error was: " + text.splitlines()[0][:300])
+    return None
 
 
 def _raised_by_the_lab(error: BaseException) -> bool:

@@ -274,6 +274,10 @@ def test_the_main_process_share_is_named_as_a_bound_more_workers_cannot_lift():
                         worker_init_fn=helpers.freeze_gc)
     d = _diagnose(loader, 0.002, steps=32)
     assert "main_process" in d.knobs() and "num_workers" not in d.knobs(), str(d)
+    # 32 samples of 64 tensors, stacked by field: 64 storages a batch, received one by one
+    advice = _advice(d, "main_process")
+    assert d.storages == 64 and d.stacked == 1.0 and "fewer tensors" in advice.advice, str(d)
+    assert advice.predicted_s is not None and advice.predicted_s < d.steady_step_s
 
 
 @pytest.fixture
@@ -838,3 +842,155 @@ def test_persistent_workers_prediction_counts_each_epochs_shutdown():
     epochs = [EpochRecord(0, 0.0, 0.9, 1.1, 1.7), EpochRecord(1, 2.0, 2.9, 3.1, 3.5)]
     # epoch 0 ends 0.5 s after its last step, 0.3 s pass before the next iter(), epoch 1 ends 0.3 s after
     assert _epoch_ends_s(Timeline(batches, epochs, {})) == pytest.approx(1.1)
+
+
+# -- the diagnosis never breaks a loader that works ------------------------------------------------------
+def _at_most_descriptors(count):
+    def lower():
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_NOFILE, (count, count))
+    return lower
+
+
+_PLAIN = ("import diagnose_loaders as d\n"
+          "loader = d.many_small_tensors()\n"
+          "print(sum(len(batch) for batch in loader))\n")
+
+
+def _limited(tmp_path, limit, *args):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]), "TQDM_DISABLE": "1"}
+    return subprocess.run([sys.executable, *args], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300, preexec_fn=_at_most_descriptors(limit))
+
+
+@pytest.mark.untimed
+def test_a_batch_of_many_small_tensors_runs_under_the_diagnosis_where_it_runs_plain(tmp_path):
+    # 32 dicts of 8 tensors a batch: 256 descriptors a batch under the file_descriptor strategy. With
+    # 1024 descriptors the loop runs; a diagnosis that kept its 32 replay batches as they came (8192
+    # descriptors) died with "received 0 items of ancdata". It keeps copies in its own memory.
+    plain = _limited(tmp_path, 1024, "-c", _PLAIN)
+    assert plain.returncode == 0 and plain.stdout.strip() == "320", plain.stderr[-2000:]
+    done = _limited(tmp_path, 1024, "-m", "helpers.diagnose", "diagnose_loaders:many_small_tensors",
+                    "--steps", "40", "--step-ms", "10", "--trace", "t.json")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "ancdata" not in done.stderr and "Too many open files" not in done.stderr
+    # and it names the hand-over per tensor, with the fix: stack them in collate_fn
+    assert "tensor storages in a batch: 256" in done.stdout and "stack each field's tensors in collate_fn" \
+        in done.stdout, done.stdout
+
+
+@pytest.mark.untimed
+def test_a_loader_that_runs_out_of_descriptors_on_its_own_gets_one_paragraph_with_the_fix(tmp_path):
+    # The same loader with a step that keeps every batch: with 1024 descriptors the loop itself runs out
+    # after a few batches, plain or diagnosed. The diagnosis says so in one paragraph, with the fixes.
+    keeping = ("import diagnose_loaders as d\n"
+               "loader, step = d.keeps_every_batch()\n"
+               "for batch in loader:\n    step(batch)\n")
+    plain = _limited(tmp_path, 1024, "-c", keeping)
+    assert plain.returncode != 0 and ("Too many open files" in plain.stderr or "ancdata" in plain.stderr), \
+        plain.stderr[-2000:]
+    done = _limited(tmp_path, 1024, "-m", "helpers.diagnose", "diagnose_loaders:keeps_every_batch",
+                    "--steps", "40", "--trace", "t.json")
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert "ran out of file descriptors" in done.stderr and "stack the samples' tensors in collate_fn" \
+        in done.stderr and "set_sharing_strategy('file_system')" in done.stderr, done.stderr
+
+
+def test_a_slow_sampler_is_named_as_the_main_process_s_share_and_precomputing_it_is_measured(quiet_machine):
+    # 2 ms of Python per index, batches of 8: 16 ms a batch in the main process, where the DataLoader
+    # calls next() on the sampler; the batch is one 8 × 64 tensor. The advice names the sampler, and
+    # its indices computed once (--verify) bring the step the model predicted.
+    from diagnose_loaders import slow_sampler
+
+    d = _diagnose(slow_sampler(), 0.010, steps=32, verify=1)
+    advice = _advice(d, "main_process")
+    assert advice is not None and advice.advice.startswith("precompute the sampler's indices"), str(d)
+    assert d.sampler_s == pytest.approx(0.016, rel=0.3) and d.storages == 1
+    assert "normalise on the device" not in str(d)
+    (followed,) = d.followed
+    assert followed.recommendation is advice and followed.as_predicted, followed.describe()
+
+
+# -- the outside set: loaders written the way users write them, diagnosed from the command line -------
+@pytest.fixture(scope="module")
+def outside_data(tmp_path_factory):
+    """The files the outside set reads: 96 JPEGs of 256 pixels in two class folders, four text files."""
+    from helpers.data.images import make_jpegs
+
+    root = tmp_path_factory.mktemp("outside")
+    for c in range(2):
+        make_jpegs(root / "jpegs" / f"class{c}", 48, 256)
+    (root / "lines").mkdir()
+    for k in range(4):
+        (root / "lines" / f"part{k}.txt").write_text("\n".join(f"line {k} {i}" for i in range(64)))
+    return root
+
+
+def _outside(root, target, *args):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
+           "TQDM_DISABLE": "1", "DLLAB_OUTSIDE_DATA": str(root)}
+    done = subprocess.run([sys.executable, "-m", "helpers.diagnose", f"diagnose_loaders:{target}", *args,
+                           "--trace", str(root / "trace.json")], cwd=root, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+#: Each loader of the outside set, its command line, and what a careful engineer would advise (words
+#: the diagnosis's recommendations must hold).
+OUTSIDE = {
+    "jpeg_folder": (["--steps", "40", "--step-ms", "15"], ["→ num_workers", "→ sample_stage"]),
+    "hf_style_dicts": (["--steps", "40", "--step-ms", "10"], ["→ num_workers"]),
+    "iterable_over_files": (["--steps", "40", "--step-ms", "10"], ["→ num_workers", "must shard itself"]),
+    "text_with_tokenizer": (["--steps", "30", "--step-ms", "5"], ["→ num_workers"]),
+    "slow_sampler": (["--steps", "32", "--step-ms", "10"], ["precompute the sampler's indices"]),
+    "many_small_tensors": (["--steps", "32", "--step-ms", "10"],
+                           ["stack each field's tensors in collate_fn"]),
+    "big_index_under_spawn": (["--steps", "24", "--step-ms", "5"], ["→ persistent_workers"]),
+    "slow_worker_init": (["--steps", "32", "--step-ms", "5"], ["→ persistent_workers"]),
+}
+
+
+@pytest.mark.parametrize("target", sorted(OUTSIDE))
+def test_the_outside_set_gets_the_advice_a_careful_engineer_gives(outside_data, target):
+    args, expected = OUTSIDE[target]
+    out = _outside(outside_data, target, *args)
+    missing = [words for words in expected if words not in out]
+    assert not missing, f"{target}: {missing} not in\n{out}"
+    assert "normalise on the device" not in out and "augment on the device" not in out  # no device here
+
+
+def test_the_costliest_stage_of_a_sample_is_named_and_the_step_without_it_is_measured(
+        outside_data, quiet_machine, monkeypatch):
+    # The JPEG script: PIL decode, RandomResizedCrop + flip + ColorJitter, 0 workers, a 15 ms step. The
+    # diagnosis times each stage in a worker and names the costliest with its share; the loader without
+    # that stage, measured, runs at the step it predicted.
+    from diagnose_loaders import jpeg_folder, jpeg_folder_without_jitter
+
+    monkeypatch.setenv("DLLAB_OUTSIDE_DATA", str(outside_data))
+    d = _diagnose(jpeg_folder(), 0.015, steps=30)
+    stage = _advice(d, "sample_stage")
+    assert stage is not None and d.stages is not None, str(d)
+    assert set(d.stages) >= {"read the file", "decode (the dataset's loader)", "3. ColorJitter"}, d.stages
+    assert "ColorJitter" in stage.advice and "no device to move it to" in stage.advice, stage
+    after = _diagnose(jpeg_folder_without_jitter(), 0.015, steps=30)
+    assert after.steady_step_s == pytest.approx(stage.predicted_s, rel=0.25), (after.steady_step_s, stage)
+
+
+def test_intra_op_threads_that_compete_with_the_workers_are_named_with_the_gain_measured(quiet_machine):
+    # Two workers computing on two cores, and a step whose matrix products torch splits over two
+    # intra-op threads: beside the workers the step takes about 3× its time on cached batches, and the
+    # workers lose the cores to it. One thread in the main process, measured: a faster pace (~20 → 13 ms).
+    from diagnose_loaders import Burning, MatmulStep
+
+    loader = DataLoader(Burning(), batch_size=4, num_workers=2)
+    with helpers.torch_threads(2):
+        d = helpers.diagnose(loader, MatmulStep(), steps=120, progress=False)
+    advice = _advice(d, "threads")
+    assert advice is not None and "measured again with one" in advice.because, str(d)
+    # a main process on one thread already: nothing to say
+    with helpers.torch_threads(1):
+        one = helpers.diagnose(loader, MatmulStep(), steps=40, progress=False)
+    assert _advice(one, "threads") is None, str(one)

@@ -164,15 +164,16 @@ def test_a_store_limit_serves_so_many_requests_at_once_and_the_rest_wait_in_it(s
     dataset = helpers.S3Dataset(limited, "test", keys[:8], threads=8)
     loader = DataLoader(dataset, batch_size=8, num_workers=0)
     _, requests = helpers.measure_requests(loader, helpers.ModelledStep(0.001), store=store, progress=False)
-    parts = requests.mean_parts()
-    # 8 requests, 2 at a time: 4 rounds; the mean request waits 1.5 rounds of about one request's time
-    assert parts["proxy"] >= 0.05, parts
-    assert requests.median_s() >= 1.5 * 0.05
     free = store.endpoint(latency_s=0.05)
     _, unlimited = helpers.measure_requests(DataLoader(helpers.S3Dataset(free, "test", keys[:8], threads=8),
                                                        batch_size=8, num_workers=0),
                                             helpers.ModelledStep(0.001), store=store, progress=False)
-    assert unlimited.mean_parts()["proxy"] < 0.5 * parts["proxy"], (unlimited.mean_parts(), parts)
+    # 8 requests, 2 at a time: 4 rounds. The threads send theirs one after another (boto3 prepares each
+    # in Python), so the mean request waits less than 1.5 rounds: half a round trip at least (measured
+    # 48 ms), all of it in the proxy's part; the unlimited store holds none of them beyond the round trip
+    parts, free_parts = requests.mean_parts(), unlimited.mean_parts()
+    assert parts["proxy"] - free_parts["proxy"] >= 0.5 * 0.05, (parts, free_parts)
+    assert requests.median_s() >= 1.3 * unlimited.median_s(), (requests.median_s(), unlimited.median_s())
     with pytest.raises(ValueError, match="concurrency"):
         store.endpoint(concurrency=0)
 

@@ -103,6 +103,18 @@ class Diagnosis:
     #: cores of the affinity mask other processes kept busy just before the run (a browser, another
     #: notebook, a classmate on a shared server); None when it could not be read
     others_busy: float | None = None
+    #: the main process's time per batch in ``next()`` on the loader's sampler, measured alone after the
+    #: run (s); None: an iterable dataset, or not measured
+    sampler_s: float | None = None
+    #: tensor storages in a batch (each handed over from a worker on its own); None: not measured
+    storages: int | None = None
+    #: the share of a batch's tensors stacked across its samples (first dimension the batch size)
+    stacked: float | None = None
+    #: the device each batch was copied to (``diagnose(device=...)``); None: the step runs on the CPU
+    device: str | None = None
+    #: seconds per sample of each stage of ``__getitem__`` timed in a worker (:mod:`.stages`); None: not
+    #: timed (the fetch waits rather than computes, or the dataset exposes no stage)
+    stages: dict[str, float] | None = None
 
     def free_cores(self, limits: Any = None) -> int:
         """Whole cores the workers can compute on: the effective cores (quota included) as a count
@@ -241,6 +253,8 @@ class Diagnosis:
                {("...the same alone, after the run" if any(x.worker >= 0 for x in b) else
                  "...what receiving it from a worker costs, measured alone"): self.receive_alone_s}),
             "main process per batch (m)": self.main_s,
+            **({} if self.sampler_s is None else
+               {"...of it the sampler's next() (measured alone)": self.sampler_s}),
             "copy to the device": med(x.copy_s for x in b),
             "step": med(x.step_s for x in b),
             "loop waiting": med(x.wait_s for x in b),
@@ -276,6 +290,12 @@ class Diagnosis:
                        if self.free_cores() < cpu_limits().whole else ""))
             rows.append(["cores", self.cores + load])
         rows += [[name, f"{s * 1e3:.2f} ms"] for name, s in self.breakdown().items()]
+        if self.stages is not None:
+            rows += [[f"a sample: {name} (timed in a worker)", f"{s * 1e3:.2f} ms"]
+                     for name, s in self.stages.items()]
+        if self.storages is not None:
+            rows.append(["tensor storages in a batch", f"{self.storages} (each handed over from a worker on "
+                         "its own)"])
         rows += [[f"→ {r.knob}", f"{r.advice} ({r.because})"] for r in self.recommendations]
         rows += [["followed", f.describe()] for f in self.followed]
         return rows

@@ -19,7 +19,7 @@ from ..analysis import settled_intervals
 from ..recorder import record
 from ..theory import step_time
 from .result import Diagnosis, Followed
-from .rules import _describe_change, recommend
+from .rules import INPUT_BOUND, _describe_change, recommend
 
 
 def _others_busy_cores(window_s: float = 0.25) -> float | None:
@@ -139,7 +139,14 @@ def diagnose(
 
     def keep_and_step(batch: Any) -> Any:
         if len(kept) < replay:
-            kept.append(batch)
+            # a copy in the process's own memory: a batch from a worker holds one shared-memory segment
+            # per storage, each an open file descriptor under the file_descriptor strategy, and kept
+            # batches of hundreds of tensors would run the process out of them (the loader alone frees
+            # each batch after its step)
+            try:
+                kept.append(private_copy(batch))
+            except Exception:  # noqa: BLE001 - a batch type copying does not know: keep it as it came
+                kept.append(batch)
         return None if step is None else step(batch)
 
     epochs = max(1, math.ceil(steps / max(per_epoch, 1)))
@@ -152,11 +159,65 @@ def diagnose(
                          "nothing?)")
     d = Diagnosis(timeline, _replay(step, kept, steps, device) if step is not None else None,
                   cores=cpu_limits().describe(),
-                  receive_alone_s=_receive_alone(kept), others_busy=others_busy)
+                  receive_alone_s=_receive_alone(kept), others_busy=others_busy,
+                  sampler_s=sampler_alone(loader), storages=storages_in(kept[0]) if kept else None,
+                  stacked=stacked_share(kept[0], loader.batch_size) if kept else None,
+                  device=None if device is None else str(device))
     d.recommendations = recommend(d, loader, device=device)
+    if step is not None and d.computes() and d.steady_data_wait_share >= INPUT_BOUND:
+        # the loop waits for batches that cost CPU to build: where a sample's time goes says what to cut
+        from .stages import stage_advice, time_stages
+
+        d.stages = time_stages(loader)
+        if d.stages is not None:
+            per_batch = loader.batch_size or 1
+            advice = stage_advice(d.stages, d.fetch_mean_s, per_batch, loader.num_workers,
+                                  d.replay_step_s + d.main_s, d.device, cpu_limits().cores)
+            if advice is not None:
+                d.recommendations.append(advice)
+    if step is not None:
+        contention = thread_contention(loader, step, d, steps=steps, device=device)
+        if contention is not None:
+            d.recommendations.append(contention)
     follow_advice(loader, step, d, 2 if verify is True else int(verify), steps=steps, device=device,
                   replay=replay, progress=progress)
     return d
+
+
+#: The step under load this many times its time on cached batches or more: find out why.
+SLOWER_UNDER_LOAD = 1.3
+
+
+def thread_contention(loader: DataLoader, step: Callable[[Any], Any], d: Diagnosis, *, steps: int,
+                      device: Any = None) -> Any:
+    """When the step ran clearly slower beside the workers than on cached batches, and the main process
+    splits its tensor operations over several intra-op threads (``torch.get_num_threads()``), those
+    threads compete with the workers for the cores. Measured, not modelled: the loader runs again with
+    one intra-op thread in the main process, and the advice gives both paces. None when the step kept
+    its pace, uses one thread already, or one thread did not make it faster."""
+    import torch
+
+    from ...system import torch_threads
+    from .rules import Recommendation, _ms
+
+    threads = torch.get_num_threads()
+    under_load = statistics.median(b.step_s for b in d.timeline.batches)
+    if (d.replay_step_s is None or loader.num_workers == 0 or threads < 2
+            or under_load < SLOWER_UNDER_LOAD * d.replay_step_s):
+        return None
+    with torch_threads(1):
+        again = record(loader, step, epochs=max(1, len(d.timeline.epochs)), max_batches=steps, device=device,
+                       progress=False)
+    one = Diagnosis(again, d.replay_step_s)
+    before_s, after_s = _mean_and_noise(d, "steady"), _mean_and_noise(one, "steady")
+    if after_s[0] >= before_s[0] - math.hypot(before_s[1], after_s[1]) or after_s[0] > 0.95 * before_s[0]:
+        return None
+    return Recommendation(
+        "threads", "torch.set_num_threads(1) in the training process (or fewer threads than free cores): "
+        "its intra-op threads compete with the workers for the cores",
+        f"the step took {_ms(under_load)} beside the workers against {_ms(d.replay_step_s)} on cached "
+        f"batches, with {threads} intra-op threads; measured again with one: {_ms(after_s[0])} per step "
+        f"instead of {_ms(before_s[0])}")
 
 
 def follow_advice(loader: DataLoader, step: Callable[[Any], Any] | None, d: Diagnosis, rounds: int = 2, *,
@@ -203,9 +264,102 @@ def _model_gap(loader: DataLoader, d: Diagnosis, before_s: float, following: Any
     return min(max(0.0, before_s - model_s), 0.1 * following.predicted_s)
 
 
+def sampler_alone(loader: DataLoader, batches: int = 32, budget_s: float = 1.0) -> float | None:
+    """The main process's time per batch in ``next()`` on the loader's index sampler (its batch sampler,
+    or sampler), measured alone after the run: the DataLoader calls it in the loop's thread for every
+    batch it asks a worker for. Up to ``batches`` batches or ``budget_s``; None for an iterable dataset
+    or a sampler that fails here."""
+    sampler = loader.batch_sampler if loader.batch_sampler is not None else loader.sampler
+    if sampler is None or isinstance(loader.dataset, IterableDataset):
+        return None
+    times = []
+    try:
+        indices = iter(sampler)
+        spent = 0.0
+        while len(times) < batches and spent < budget_s:
+            start = time.perf_counter()
+            try:
+                next(indices)
+            except StopIteration:
+                break
+            times.append(time.perf_counter() - start)
+            spent += times[-1]
+    except Exception:  # noqa: BLE001 - the run used it already; no number rather than a broken diagnosis
+        return None
+    return statistics.fmean(times) if times else None
+
+
+def tree_map(function: Callable[[Any], Any], batch: Any) -> Any:
+    """``batch`` with ``function`` applied to each leaf: lists, tuples, named tuples and dicts are
+    rebuilt around the results, anything else is a leaf."""
+    if isinstance(batch, dict):
+        mapped = {k: tree_map(function, v) for k, v in batch.items()}
+        try:
+            return mapped if type(batch) is dict else type(batch)(mapped)
+        except TypeError:  # a mapping type built otherwise (defaultdict): a plain dict holds the same
+            return mapped
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # a named tuple
+        return type(batch)(*(tree_map(function, v) for v in batch))
+    if isinstance(batch, list | tuple):
+        return type(batch)(tree_map(function, v) for v in batch)
+    return function(batch)
+
+
+def leaves(batch: Any) -> list[Any]:
+    """The leaves of ``batch`` (see :func:`tree_map`)."""
+    found: list[Any] = []
+    tree_map(found.append, batch)
+    return found
+
+
+def private_copy(batch: Any) -> Any:
+    """``batch`` with every tensor that lives in shared memory copied into this process's own memory
+    (lists, tuples, dicts and named tuples rebuilt around the copies; anything else kept as it is), so
+    that keeping it holds no shared-memory segment or file descriptor of the loader's."""
+    import torch
+
+    return tree_map(lambda x: x.clone() if isinstance(x, torch.Tensor) and x.is_shared() else x, batch)
+
+
+def storages_in(batch: Any) -> int:
+    """How many distinct tensor storages ``batch`` holds: what a worker hands over one by one (one
+    shared-memory segment, and under ``file_descriptor`` one descriptor, each)."""
+    import torch
+
+    return len({x.untyped_storage().data_ptr() for x in leaves(batch)
+                if isinstance(x, torch.Tensor) and x.layout == torch.strided})
+
+
+def stacked_share(batch: Any, batch_size: int | None) -> float | None:
+    """The share of ``batch``'s tensors that hold the whole batch (their first dimension is the batch
+    size: a field stacked across the samples, as ``default_collate`` makes it), against tensors of one
+    sample each (a ``collate_fn`` that returns the samples as they are). None without tensors."""
+    import torch
+
+    tensors = [x for x in leaves(batch) if isinstance(x, torch.Tensor)]
+    if not tensors or not batch_size:
+        return None
+    return sum(1 for x in tensors if x.dim() > 0 and x.shape[0] == batch_size) / len(tensors)
+
+
+def spare_descriptors() -> int | None:
+    """File descriptors this process may still open (its soft limit less those open); None where
+    unknown."""
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        return None if soft == resource.RLIM_INFINITY else soft - len(os.listdir("/proc/self/fd"))
+    except (ImportError, OSError, ValueError):
+        return None
+
+
 def _receive_alone(kept: list[Any], count: int = 8) -> float | None:
     """The median time to unpickle a kept batch as the main process does when it arrives from a
-    worker (its tensors rebuilt from shared memory, handles and all), with no worker running."""
+    worker (its tensors rebuilt from shared memory, handles and all), with no worker running.
+    Each is pickled from a fresh copy, dropped after: the kept batch stays in private memory. A batch
+    whose hand-over here would need more descriptors than the process has spare (about three per
+    storage: the sent segment, the one lent, the received one) is left out; None when all are."""
     from multiprocessing import resource_sharer
     from multiprocessing.reduction import ForkingPickler
 
@@ -214,15 +368,28 @@ def _receive_alone(kept: list[Any], count: int = 8) -> float | None:
     times = []
     try:
         for batch in kept[:count]:
-            data = ForkingPickler.dumps(batch)
+            spare = spare_descriptors()
+            if spare is not None and 3 * storages_in(batch) + 16 > spare:
+                continue
+            sent = private_copy_all(batch)
+            data = ForkingPickler.dumps(sent)
             start = time.perf_counter()
-            ForkingPickler.loads(data)
+            received = ForkingPickler.loads(data)
             times.append(time.perf_counter() - start)
+            del sent, data, received
     except Exception:  # noqa: BLE001 - a batch that does not travel so here: no number
         return None
     finally:
         resource_sharer.stop(timeout=5)  # it lent this process's descriptors to itself: done
     return statistics.median(times) if times else None
+
+
+def private_copy_all(batch: Any) -> Any:
+    """``batch`` with every tensor cloned (pickling for a worker's hand-over moves a tensor's storage
+    into shared memory in place: the clone moves, the kept batch does not)."""
+    import torch
+
+    return tree_map(lambda x: x.clone() if isinstance(x, torch.Tensor) else x, batch)
 
 
 def _replay(step: Callable[[Any], Any], kept: list[Any], steps: int, device: Any) -> float:

@@ -1,0 +1,183 @@
+"""Where a sample's time goes: the stages of a dataset's ``__getitem__`` timed in a worker.
+
+A dataset that computes (reads and decodes files, augments) usually exposes its stages: a
+``loader`` that reads and decodes a file (torchvision's ``ImageFolder`` and ``DatasetFolder``, with
+their ``samples``), and a ``transform`` (or ``transforms``) that is a ``Compose`` of steps, or one
+callable. :func:`time_stages` times each of them on the learner's own dataset, in one worker
+process, on a few samples: reading the file's bytes, decoding them (the ``loader`` less the read),
+and each transform in turn, with what is left of ``__getitem__`` as "the rest". Nothing is timed
+where no stage is exposed.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+from torch.utils.data import DataLoader, Dataset, IterableDataset
+
+#: The attributes a dataset's transforms are found under, in torchvision and in user code.
+TRANSFORM_ATTRIBUTES = ("transform", "transforms")
+
+
+class _Timed:
+    """A callable that adds its time to ``times[name]`` each call."""
+
+    def __init__(self, name: str, function: Callable[..., Any], times: dict[str, float]):
+        self.name, self.function, self.times = name, function, times
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return self.function(*args, **kwargs)
+        finally:
+            self.times[self.name] = self.times.get(self.name, 0.0) + time.perf_counter() - start
+
+
+def _stage_name(step: Any, position: int) -> str:
+    return f"{position + 1}. {type(step).__name__}"
+
+
+def instrument(dataset: Any, times: dict[str, float]) -> list[str]:
+    """Wrap the stages ``dataset`` exposes so that each call adds to ``times``; returns their names in
+    order. Changes ``dataset`` in place: give it a copy."""
+    names: list[str] = []
+    loader = getattr(dataset, "loader", None)
+    if callable(loader) and isinstance(getattr(dataset, "samples", None), list):
+        def read_then_decode(path: Any, _load=loader) -> Any:
+            start = time.perf_counter()
+            with open(path, "rb") as file:
+                file.read()
+            read = time.perf_counter() - start
+            times["read the file"] = times.get("read the file", 0.0) + read
+            start = time.perf_counter()
+            try:
+                return _load(path)  # the bytes come from the page cache now: decoding, mostly
+            finally:
+                times["decode (the dataset's loader)"] = (times.get("decode (the dataset's loader)", 0.0)
+                                                          + time.perf_counter() - start)
+
+        dataset.loader = read_then_decode
+        names += ["read the file", "decode (the dataset's loader)"]
+    for attribute in TRANSFORM_ATTRIBUTES:
+        transform = getattr(dataset, attribute, None)
+        if transform is None or not callable(transform):
+            continue
+        steps = getattr(transform, "transforms", None)
+        if isinstance(steps, list) and steps and all(callable(s) for s in steps):
+            transform = copy.copy(transform)
+            transform.transforms = [_Timed(_stage_name(s, k), s, times) for k, s in enumerate(steps)]
+            names += [_stage_name(s, k) for k, s in enumerate(steps)]
+        else:
+            transform = _Timed(f"{attribute} ({type(transform).__name__})", transform, times)
+            names.append(transform.name)
+        setattr(dataset, attribute, transform)
+        break
+    return names
+
+
+class StageTimedDataset(Dataset):
+    """The learner's dataset, its stages timed: item ``k`` is ``(total seconds of __getitem__, {stage:
+    seconds})`` for the ``k``-th of ``indices``. Instruments its own copy in the process that reads
+    it (a worker)."""
+
+    def __init__(self, dataset: Any, indices: list[Any]):
+        self.dataset, self.indices = dataset, list(indices)
+        self._times: dict[str, float] | None = None
+        self._pid: int | None = None
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __getitem__(self, k: int) -> tuple[float, dict[str, float]]:
+        if self._pid != os.getpid():
+            self._times, self._pid = {}, os.getpid()
+            self.dataset = copy.copy(self.dataset)
+            instrument(self.dataset, self._times)
+        self._times.clear()
+        start = time.perf_counter()
+        self.dataset[self.indices[k]]
+        return time.perf_counter() - start, dict(self._times)
+
+
+def exposes_stages(dataset: Any) -> bool:
+    """Whether :func:`instrument` finds a stage to time in ``dataset``."""
+    if isinstance(dataset, IterableDataset):
+        return False
+    return instrument(copy.copy(dataset), {}) != []
+
+
+def time_stages(loader: DataLoader, samples: int = 16) -> dict[str, float] | None:
+    """Seconds per sample of each stage of ``loader.dataset``'s ``__getitem__`` (and "the rest"),
+    timed in one worker on its first ``samples`` indices (the loader's own start method); None when
+    it exposes none or they cannot be timed (an iterable dataset, a dataset that cannot be copied)."""
+    dataset = loader.dataset
+    try:
+        if not exposes_stages(dataset):
+            return None
+        indices = list(range(min(samples, len(dataset))))
+        timed = DataLoader(StageTimedDataset(dataset, indices), batch_size=None, num_workers=1,
+                           multiprocessing_context=loader.multiprocessing_context)
+        rows = list(timed)
+    except Exception:  # noqa: BLE001 - the breakdown is extra: none rather than a broken diagnosis
+        return None
+    if not rows:
+        return None
+    totals: dict[str, float] = {}
+    for total, parts in rows[1:] or rows:  # the first sample warms caches and imports: left out
+        for name, seconds in parts.items():
+            totals[name] = totals.get(name, 0.0) + seconds
+        totals["the rest of __getitem__"] = (totals.get("the rest of __getitem__", 0.0)
+                                             + max(0.0, total - sum(parts.values())))
+    count = len(rows[1:] or rows)
+    return {name: seconds / count for name, seconds in totals.items()}
+
+
+#: A stage names the advice when it takes at least this share of a sample's time.
+STAGE_SHARE = 0.3
+
+
+def remedy(stage: str, device: str | None) -> str:
+    """The lab's remedy for a costly stage (by its name), fitted to whether there is a device."""
+    name = stage.lower()
+    if name.startswith("read"):
+        return "read from a local disk, or pack small files into shards (notebooks 13, 14)"
+    if name.startswith("decode"):
+        return ("decode once and cache the decoded images (uint8 tensors, on a local disk or in memory), "
+                "decode with torchvision.io.decode_jpeg, or store them smaller (notebook 14)")
+    if any(word in name for word in ("totensor", "normalize", "convertimagedtype", "todtype")):
+        return ("hand over uint8 and convert and normalise the whole batch at once"
+                + (" on the device (notebook 07)" if device else " in the step (notebook 19)"))
+    if device:
+        return "apply it to the whole batch on the device (torchvision.transforms.v2 on tensors; notebook 07)"
+    return ("make it cheaper (a smaller image first, fewer random operations) or drop it; this run has no "
+            "device to move it to")
+
+
+def stage_advice(stages: dict[str, float], fetch_s: float, per_batch: int, workers: int, loop_s: float,
+                 device: str | None, cores: float) -> Any:
+    """A recommendation naming the costliest stage of a sample with its share and its remedy, and the
+    step the model predicts without it: the fetch shrinks by that stage's time per batch; with 0
+    ``workers`` the loop fetches, then steps; with workers that compute, they are capped at the cores.
+    None when no stage takes :data:`STAGE_SHARE` of a sample."""
+    from .rules import Recommendation, _ms
+
+    sample_s = sum(stages.values())
+    named = {k: v for k, v in stages.items() if k != "the rest of __getitem__"}
+    if not named or sample_s <= 0:
+        return None
+    stage, seconds = max(named.items(), key=lambda kv: kv[1])
+    share = seconds / sample_s
+    if share < STAGE_SHARE:
+        return None
+    after_fetch = max(fetch_s - seconds * per_batch, 0.0)
+    predicted = (after_fetch + loop_s if workers == 0
+                 else max(after_fetch / max(min(workers, cores), 1.0), loop_s))
+    listed = ", ".join(f"{k} {_ms(v)}" for k, v in stages.items())
+    return Recommendation(
+        "sample_stage", f"the costliest stage of a sample is {stage}: {remedy(stage, device)}",
+        f"timed in a worker, a sample takes {_ms(sample_s)}: {listed}; {stage} is {share:.0%} of it, "
+        f"{_ms(seconds * per_batch)} of the {_ms(fetch_s)} a batch takes to fetch", None, predicted)
