@@ -859,7 +859,11 @@ _PLAIN = ("import diagnose_loaders as d\n"
 
 
 def _limited(tmp_path, limit, *args):
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]), "TQDM_DISABLE": "1"}
+    # The child's temporary folder is the test's: a process that ran out of descriptors cannot remove
+    # multiprocessing's folder (pymp-*) at its exit, and it goes with the test's tmp_path.
+    (tmp_path / "tmp").mkdir(exist_ok=True)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]), "TQDM_DISABLE": "1",
+           "TMPDIR": str(tmp_path / "tmp")}
     return subprocess.run([sys.executable, *args], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=300, preexec_fn=_at_most_descriptors(limit))
 
@@ -994,3 +998,43 @@ def test_intra_op_threads_that_compete_with_the_workers_are_named_with_the_gain_
     with helpers.torch_threads(1):
         one = helpers.diagnose(loader, MatmulStep(), steps=40, progress=False)
     assert _advice(one, "threads") is None, str(one)
+
+
+def test_a_burst_of_slow_fetches_on_one_worker_gets_a_lead_that_covers_it(quiet_machine):
+    # Worker 0 (even batches) meets three bursts of four 38 ms fetches among 8 ms ones; 2 workers, a
+    # 10 ms step: its turn comes every 20 ms and its own queued batches give it (2 − 1) × 20 ms of slack.
+    # No fetch outlasts the queue's lead and worker 0's mean (12 ms) is within its turn, yet each burst
+    # falls 72 ms behind. The schedule is the model's (helpers.simulate), so the test is exact.
+    import dataclasses
+
+    from helpers.timing.diagnosis.result import Diagnosis
+    from helpers.timing.diagnosis.rules import longest_burst, recommend
+
+    def schedule(loads, depth=2):  # each batch received the moment it was built, as the model has it
+        tl = helpers.as_timeline(helpers.simulate(96, loads, 0.010, 2, prefetch_factor=depth), num_workers=2)
+        return dataclasses.replace(tl, batches=[dataclasses.replace(b, received_start=b.fetch_end,
+                                                                     received_end=b.fetch_end)
+                                                for b in tl.batches])
+
+    loads = [0.008] * 96
+    for start in (24, 48, 72):
+        for k in range(4):
+            loads[start + 2 * k] = 0.038
+    tl = schedule(loads)
+    assert longest_burst(tl, 0.020) == (pytest.approx(0.072), 0)
+    loader = DataLoader(list(range(96)), batch_size=1, num_workers=2, prefetch_factor=2)
+    advised = recommend(Diagnosis(tl, 0.010), loader)
+    advice = next((r for r in advised if r.knob == "prefetch_factor"), None)
+    assert advice is not None and advice.change == {"prefetch_factor": 5}, advised
+    assert "in a burst" in advice.because
+    # followed, in the model: the loop no longer waits for a batch not yet built (one at the depth below does)
+    assert Diagnosis(tl, 0.010).steady_data_wait_share > 0.05
+    assert Diagnosis(schedule(loads, depth=4), 0.010).steady_data_wait_share > 0.01
+    assert Diagnosis(schedule(loads, depth=5), 0.010).steady_data_wait_share < 0.001
+    # the same slow fetches spread out (one in every fourth of worker 0's): no burst, no deeper queue
+    spread = [0.008] * 96
+    for i in range(0, 96, 8):
+        spread[i] = 0.038
+    tl = schedule(spread)
+    assert longest_burst(tl, 0.020)[0] <= 0.020
+    assert "prefetch_factor" not in [r.knob for r in recommend(Diagnosis(tl, 0.010), loader)]

@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader, IterableDataset
 from ...cores import cpu_limits
 from ..settings import HAS_IN_ORDER
 from ..theory import recommend_num_workers
-from ..timeline import Timeline
+from ..timeline import BatchRecord, Timeline
 
 if TYPE_CHECKING:  # annotations only: result imports this module
     from .result import Diagnosis
@@ -60,83 +60,6 @@ class Recommendation:
     #: what the prediction is about: "steady" (time per step once each epoch's first batch is in
     #: hand and every worker is up) or "run" (the whole run's wall time per step, start-up included)
     measure: str = "steady"
-
-
-#: A part of the main process's share names the advice when it is at least this share of it.
-PART_SHARE = 0.5
-#: Tensor storages in a batch from which receiving them one by one is worth stacking.
-MANY_STORAGES = 16
-
-
-class PrecomputedIndices:
-    """A sampler that replays indices computed once (``--verify`` of the sampler advice): ``next()`` on
-    it costs the main process nothing but a list's step."""
-
-    def __init__(self, indices: list[Any]):
-        self.indices = list(indices)
-
-    def __iter__(self):
-        return iter(self.indices)
-
-    def __len__(self) -> int:
-        return len(self.indices)
-
-    def __repr__(self) -> str:
-        return f"<the sampler's {len(self.indices)} indices, computed once>"
-
-
-def main_process_advice(d: Diagnosis, loader: DataLoader, own_m: float, y: float,
-                        workers_pace: float) -> Recommendation:
-    """Advice for a loop bound by the main process's share m, for the part of it that dominates: the
-    sampler (``next()`` on it runs in the loop's thread for every batch), receiving many tensor
-    storages one by one, or the loop's own work; each with the step the model predicts without it."""
-    bound = (f"{own_m / (y + own_m):.0%} of the loop's {_ms(y + own_m)} per step: no number of workers "
-             "makes a step shorter than y + m")
-    sampler_s = min(d.sampler_s or 0.0, own_m)
-    if sampler_s >= PART_SHARE * own_m:
-        change = None
-        if loader.batch_sampler is not None and loader.batch_size is not None \
-                and not isinstance(loader.dataset, IterableDataset):
-            try:
-                change = {"sampler": PrecomputedIndices(loader.sampler)}
-            except Exception:  # noqa: BLE001 - a sampler that cannot be listed: advice without --verify
-                change = None
-        return Recommendation(
-            "main_process", "precompute the sampler's indices (once per epoch, into a list or a tensor), or "
-            "move its per-index work into the dataset's __getitems__, which runs in the workers: the "
-            "DataLoader calls next() on the sampler in the loop's thread for every batch",
-            f"next() on the sampler takes {_ms(sampler_s)} of the main process's {_ms(own_m)} per batch "
-            f"(measured alone), {bound}", change, max(workers_pace, y + own_m - sampler_s))
-    receive = min(d.receive_alone_s or 0.0, own_m)
-    if d.storages is not None and d.storages >= MANY_STORAGES and receive >= PART_SHARE * own_m:
-        per = receive / d.storages
-        batch = loader.batch_size or 1
-        per_field = (d.stacked or 0.0) >= 0.5  # already a tensor per field: merge the fields
-        after = 1 if per_field else max(1, round(d.storages / batch))
-        saved = per * (d.storages - after)
-        if per_field:
-            what = ("put the fields into fewer tensors (one stacked tensor per batch, split on the device or "
-                    "in the step): receiving a batch from a worker costs per tensor storage (notebook 19)")
-        else:
-            what = ("stack each field's tensors in collate_fn (one tensor per field, as default_collate "
-                    "does), not a tensor per sample and field: receiving a batch from a worker costs per "
-                    "tensor storage (notebook 19)")
-        return Recommendation(
-            "main_process", what,
-            f"a batch holds {d.storages} tensor storages; taking one in from a worker costs {_ms(receive)} "
-            f"alone, about {per * 1e6:.0f} µs a storage, of the main process's {_ms(own_m)}; with "
-            f"{after} storage{'s' if after > 1 else ''}: {bound}", None, max(workers_pace, y + own_m - saved))
-    if d.device is not None:
-        what = ("fewer and smaller tensors per batch (uint8, one stacked tensor), normalise on the device "
-                "(notebooks 19, 11, 14)")
-    else:
-        what = ("less Python in the loop around the step (a transform there belongs in the workers' "
-                "collate_fn or dataset); this run has no device to move work to: on a CPU, normalising in "
-                "the loop adds its time to every step (notebook 19)")
-    return Recommendation(
-        "main_process", "make the main process's share per batch smaller: " + what,
-        f"the main process spends {_ms(own_m)} per batch taking it in (measured alone; the sampler "
-        f"{_ms(sampler_s)}, receiving {_ms(receive)}), {bound}")
 
 
 def _shard_caveat(loader: DataLoader, workers: int) -> str:
@@ -198,6 +121,24 @@ def _slowest_worker_mean(tl: Timeline) -> float:
     for b in tl.batches:
         per.setdefault(b.worker, []).append(b.fetch_s)
     return max((statistics.fmean(v) for v in per.values()), default=0.0)
+
+
+def longest_burst(tl: Timeline, turn_s: float) -> tuple[float, int]:
+    """How far one worker fell behind its turn at most, over a run of consecutive fetches (s), and
+    which worker: each fetch adds what it took beyond ``turn_s`` (the time between the loop's visits
+    to that worker) and a fast fetch pays it back, never below zero. Fetches each within the queue's
+    lead, and a mean within the turn, can still add up, in a burst, past the lead."""
+    worst, who = 0.0, -1
+    per: dict[tuple[int, int], list[BatchRecord]] = {}
+    for b in tl.batches:
+        per.setdefault((b.epoch, b.worker), []).append(b)
+    for (_, worker), batches in per.items():
+        behind = 0.0
+        for b in sorted(batches, key=lambda x: x.fetch_start):
+            behind = max(0.0, behind + b.fetch_s - turn_s)
+            if behind > worst:
+                worst, who = behind, worker
+    return worst, who
 
 
 def recommend(d: Diagnosis, loader: DataLoader, *, device: Any = None) -> list[Recommendation]:
@@ -283,6 +224,8 @@ def recommend(d: Diagnosis, loader: DataLoader, *, device: Any = None) -> list[R
             f"collate_fn takes {_ms(d.collate_s)} of the {_ms(n)} a worker spends per batch" + starved,
             None, max((n - d.collate_s) / max(workers, 1), y + own_m if starved else loop_s)))
     if main_bound:
+        from .main_share import main_process_advice
+
         out.append(main_process_advice(d, loader, own_m, y, workers_pace))
     if waiting and saturated and not main_bound:
         # The workers' computing fills the cores; the main process waits for one too (its m swells).
@@ -364,6 +307,23 @@ def recommend(d: Diagnosis, loader: DataLoader, *, device: Any = None) -> list[R
                     "slow fetches earlier", f"{spread}, spread over {len(slow)} workers; on average the "
                     f"workers keep up ({workers} ≥ the rule's {needed})",
                     {"prefetch_factor": depth}, max(n / workers, loop_s)))
+        elif not behind:
+            # A burst: one worker's fetches, each within the lead and on average within its turn, fall
+            # behind together, past the lead the queue gives (a run of slow files, a cache that cools)
+            # A worker's own batches queued ahead of the one it fetches: prefetch_factor − 1 turns of
+            # slack (the model: 2 workers, a 20 ms turn, four 38 ms fetches 72 ms behind: the loop waits
+            # 52 ms with 2, 12 with 4, none with 1 + ⌈72 / 20⌉ = 5)
+            turn = workers * loop_s
+            burst, worker = longest_burst(tl, turn)
+            lead = (depth - 1) * turn
+            if burst > lead:
+                deeper = 1 + math.ceil(burst / turn)
+                out.append(Recommendation(
+                    "prefetch_factor", f"prefetch_factor={deeper} (now {loader.prefetch_factor}): a lead "
+                    "that covers the burst (notebook 03)",
+                    f"worker {worker}'s fetches came in a burst: each within the queue's lead of {_ms(lead)} "
+                    f"and on average within its turn of {_ms(turn)}, yet together {_ms(burst)} behind it",
+                    {"prefetch_factor": deeper}, max(n / workers, loop_s)))
     copy = parts["copy to the device"]
     if device is not None and not loader.pin_memory and copy >= COPY_SHARE * max(parts["step"], 1e-9):
         out.append(Recommendation(
