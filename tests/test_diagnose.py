@@ -859,13 +859,21 @@ _PLAIN = ("import diagnose_loaders as d\n"
 
 
 def _limited(tmp_path, limit, *args):
-    # The child's temporary folder is the test's: a process that ran out of descriptors cannot remove
-    # multiprocessing's folder (pymp-*) at its exit, and it goes with the test's tmp_path.
-    (tmp_path / "tmp").mkdir(exist_ok=True)
+    # The child gets a temporary folder of its own, removed after it: a process that ran out of
+    # descriptors cannot remove multiprocessing's folder (pymp-*) at its exit. A short path: the folder
+    # holds a Unix socket (resource_sharer's listener), whose path may not exceed 107 bytes, and a worker
+    # that cannot bind it loses its batch for good (pytest's tmp_path was too long: the loop hung).
+    import shutil
+    import tempfile
+
+    own = tempfile.mkdtemp(prefix="fd")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]), "TQDM_DISABLE": "1",
-           "TMPDIR": str(tmp_path / "tmp")}
-    return subprocess.run([sys.executable, *args], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=300, preexec_fn=_at_most_descriptors(limit))
+           "TMPDIR": own}
+    try:
+        return subprocess.run([sys.executable, *args], cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=300, preexec_fn=_at_most_descriptors(limit))
+    finally:
+        shutil.rmtree(own, ignore_errors=True)
 
 
 @pytest.mark.untimed
