@@ -136,17 +136,25 @@ def diagnose(
         raise ValueError("the loader has no batches (len(loader) is 0): its dataset is empty, or "
                          "drop_last=True with fewer samples than batch_size")
     kept: list[Any] = []
+    # A batch from a worker holds one shared-memory segment per storage, each an open file descriptor
+    # under the file_descriptor strategy: kept batches of hundreds of tensors would run the process out
+    # of them (the loader alone frees each batch after its step). Batches are kept as they came while
+    # they hold a quarter of the spare descriptors at most, and copied into private memory past that
+    # (a copy is timed as part of the step: only loaders that need it pay it).
+    spare = spare_descriptors()
+    budget = [spare // 4 if spare is not None else 256]
 
     def keep_and_step(batch: Any) -> Any:
         if len(kept) < replay:
-            # a copy in the process's own memory: a batch from a worker holds one shared-memory segment
-            # per storage, each an open file descriptor under the file_descriptor strategy, and kept
-            # batches of hundreds of tensors would run the process out of them (the loader alone frees
-            # each batch after its step)
-            try:
-                kept.append(private_copy(batch))
-            except Exception:  # noqa: BLE001 - a batch type copying does not know: keep it as it came
+            storages = storages_in(batch)
+            if storages <= budget[0]:
+                budget[0] -= storages
                 kept.append(batch)
+            else:
+                try:
+                    kept.append(private_copy(batch))
+                except Exception:  # noqa: BLE001 - a batch type copying does not know: keep it as it came
+                    kept.append(batch)
         return None if step is None else step(batch)
 
     epochs = max(1, math.ceil(steps / max(per_epoch, 1)))
