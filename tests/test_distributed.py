@@ -62,11 +62,12 @@ def test_a_straggler_sets_the_pace_and_the_others_wait_for_it():
     assert run.ok, run.output[-2000:]
     rates, waits = run.steps_per_s(), run.median_sync_wait()
     assert max(rates.values()) / min(rates.values()) < 1.1
-    # Rank 0 waits in all_reduce for rank 1's slower batches: by at least half of what rank 1's one worker
-    # takes longer per batch. Rank 1 itself waits there too inside a CPU quota (the two ranks and their
-    # workers share one CPU: 6.0 ms against rank 0's 20.1 ms at 1 CPU), so the waits' ratio is not it.
+    # Rank 0 waits in all_reduce for rank 1's slower batches: by at least a third of what rank 1's one worker
+    # takes longer per batch (on 2 busy cores rank 1 also waits for its own data: 7.8 ms, rank 0 18.8, of a
+    # 24 ms straggle). Rank 1 itself waits there too inside a CPU quota (the two ranks and their workers
+    # share one CPU: 6.0 ms against rank 0's 20.1 ms at 1 CPU), so the waits' ratio is not it.
     straggle_s = batch * load_s * slow - max(batch * load_s, step_s)
-    assert waits[0] > 2 * waits[1] and waits[0] - waits[1] > 0.5 * straggle_s, (waits, straggle_s)
+    assert waits[0] > 2 * waits[1] and waits[0] - waits[1] > straggle_s / 3, (waits, straggle_s)
 
 
 # With a worker, nothing asserted depends on timing (the peer may or may not hear of it): that case runs
