@@ -190,6 +190,7 @@ _LAZY = {
     "plot_stream_ids": "plots",
     "plot_batch_sizes": "plots",
     "plot_step_times": "plots",
+    "plot_cell_outcomes": "plots",
     "JpegDataset": "data.images",
     "cost_per_image": "data.images",
     "cpu_per_image": "data.images",

@@ -32,11 +32,11 @@ pytestmark = pytest.mark.browser
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ["01_baseline_loop.ipynb", "05_worker_startup.ipynb"]
 # The deck test presents 03 (CI); DLLAB_DECKS=all (`make browser-decks`) presents every notebook
-# with a prediction (00b, 01-19) the same way, and on those with an explorer moves its slider.
+# with a prediction (00b, 01-20) the same way, and on those with an explorer moves its slider.
 _DECKS = os.environ.get("DLLAB_DECKS", "")
 if _DECKS not in ("", "all"):
     raise ValueError(f"DLLAB_DECKS={_DECKS!r}: leave it unset (present 03) or set it to 'all'")
-PRESENTED = (sorted(p.name for p in (ROOT / "notebooks").glob("[01][0-9]*_*.ipynb")
+PRESENTED = (sorted(p.name for p in (ROOT / "notebooks").glob("[012][0-9]*_*.ipynb")
                     if "helpers.Prediction(" in p.read_text())
              if _DECKS == "all" else ["03_prefetch_factor.ipynb"])
 ONSCREEN = ".jp-deck-mod-visible"  # the cells jupyterlab-slideshow shows now (fragments once revealed)

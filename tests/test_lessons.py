@@ -2933,3 +2933,136 @@ def test_bugs_compile_checks_report_a_recompile_within_the_noise_as_a_failed_pre
     checks = bugs.compile_checks(compiled_case(plain=plain), noise_s=0.0005)
     fixes = [c for c in checks if "no recompile, and epoch 0's last step" in c.claim]
     assert len(fixes) == 1 and all(c.passed is None and "noise" in c.premise for c in fixes)
+
+
+# -- 20 · a Dataset defined in a notebook cell -------------------------------------------------------
+SQUARES, TENFOLD = "[[0, 1, 4, 9], [16, 25, 36, 49]]\n", "[[0, 10, 40, 90], [160, 250, 360, 490]]\n"
+
+
+def cell_lesson(table=None, **change):
+    """A child kernel's runs as the lesson has them: fork works, spawn and forkserver workers die,
+    the lambda fails in the kernel, the module works everywhere; ``table`` replaces some cells."""
+    from helpers.data.child_kernel import ROWS, CellRun
+    from helpers.lessons import cell_defined
+
+    def ok(stream=SQUARES, seconds=0.1):
+        return CellRun("", "ok", seconds, stream)
+
+    def dies(name="Squares", seconds=3.0):
+        worker = f"AttributeError: Can't get attribute '{name}' on <module '__main__'>\n"
+        exited = ("RuntimeError", "DataLoader worker (pid(s) 1) exited unexpectedly")
+        return CellRun("", "error", seconds, worker, exited)
+
+    refused = CellRun("", "error", 0.2, "", ("PicklingError", "Can't pickle <function <lambda>>"))
+    lesson = cell_defined.CellLesson(methods=["fork", "spawn", "forkserver"])
+    for method in lesson.methods:
+        for row in ROWS:
+            works = method == "fork" or row == cell_defined.MODULE_ROW
+            lesson.table[row, method] = (ok(seconds=2.0) if works else
+                                         refused if row == cell_defined.LAMBDA_ROW else dies())
+    lesson.table.update(table or {})
+    lesson.guard = dies()
+    lesson.edited = {"main process": ok(), "fork": ok(), "forkserver": ok(TENFOLD, 2.0)}
+    stale = CellRun("", "error", 0.1, "", ("PicklingError", "Can't pickle"))
+    lesson.reloaded = {"made before the reload": stale, "made again": ok(TENFOLD, 2.0)}
+    for key, value in change.items():
+        setattr(lesson, key, value)
+    return lesson
+
+
+def cell_costs(**change):
+    from helpers.lessons.cell_defined import StartupRun
+
+    MiB = 2**20
+    costs = {("fork", False, True): StartupRun("fork", False, [0.06, 0.05], [12 * MiB, 12 * MiB]),
+             ("fork", True, True): StartupRun("fork", True, [0.06, 0.005], [12 * MiB, 12 * MiB]),
+             ("fork", False, False): StartupRun("fork", False, [0.05], [12 * MiB, 12 * MiB]),
+             ("forkserver", False, True): StartupRun("forkserver", False, [3.5, 3.4], [300 * MiB] * 2),
+             ("forkserver", True, True): StartupRun("forkserver", True, [3.9, 0.005], [300 * MiB] * 2),
+             ("forkserver", False, False): StartupRun("forkserver", False, [2.1], [280 * MiB] * 2)}
+    costs.update(change)
+    return costs
+
+
+def cell_checks(lesson=None, costs=None):
+    from helpers.lessons import cell_defined
+
+    return cell_defined.checks(lesson or cell_lesson(), costs or cell_costs(), 16 * 2**20)
+
+
+def test_cell_defined_checks_pass_when_the_lesson_holds():
+    checks = cell_checks()
+    assert len(checks) == 13 and failing(checks) == [] and not [c for c in checks if c.passed is None]
+
+
+def test_cell_defined_checks_fail_when_the_lesson_is_false():
+    from helpers.data.child_kernel import CellRun
+
+    def dies(seconds=3.0):
+        return CellRun("", "error", seconds, "AttributeError: Can't get attribute 'Squares'\n",
+                       ("RuntimeError", "DataLoader worker (pid(s) 1) exited unexpectedly"))
+
+    works = CellRun("", "ok", 2.0, SQUARES)
+    # a forked worker that could not run the cell's Dataset
+    assert failing(cell_checks(cell_lesson({("Dataset class in a cell", "fork"): dies()}))) == [
+        "fork workers inherit what a cell defines: every row works"]
+    # a kernel whose __main__ spawned workers could import: the Dataset row works under spawn
+    assert failing(cell_checks(cell_lesson({("Dataset class in a cell", "spawn"): works}))) == [
+        "spawn: a worker cannot find a class or function defined in a cell (\"Can't get attribute\")"]
+    # the lambda reached the workers and they died: not a failure in the kernel
+    assert failing(cell_checks(cell_lesson({("lambda collate_fn in a cell", "forkserver"): dies(0.2)}))) == [
+        "forkserver: a lambda cannot be sent at all: the cell fails before any worker starts, faster than a "
+        "worker could fail"]
+    # the module's loader failed under forkserver
+    assert failing(cell_checks(cell_lesson({("all three from squares.py", "forkserver"): dies()}))) == [
+        "the same code in a module beside the notebook works under every start method"]
+    # the guard helped
+    assert failing(cell_checks(cell_lesson(guard=works))) == [
+        "`if __name__ == \"__main__\":` does not help in a notebook: the same error"]
+    # after the edit, forkserver workers ran the old code
+    stale = {"main process": works, "fork": works, "forkserver": works}
+    assert failing(cell_checks(cell_lesson(edited=stale))) == [
+        "after an edit without reload, forkserver workers run the file's new code; the kernel and fork "
+        "workers the old"]
+    # a dataset made before the reload still pickled
+    tenfold = CellRun("", "ok", 2.0, TENFOLD)
+    pickled = {"made before the reload": tenfold, "made again": tenfold}
+    assert failing(cell_checks(cell_lesson(reloaded=pickled))) == [
+        "after importlib.reload, a dataset made before it can no longer be sent; made again, it runs the new "
+        "code"]
+
+
+def test_cell_defined_cost_checks_fail_when_the_lesson_is_false():
+    from helpers.lessons.cell_defined import StartupRun
+
+    MiB = 2**20
+    # forkserver workers started at 4× fork's pace
+    fast = StartupRun("forkserver", False, [0.2, 0.2], [300 * MiB] * 2)
+    assert failing(cell_checks(costs={**cell_costs(), ("forkserver", False, True): fast})) == [
+        "forkserver workers start far slower than fork workers, at every epoch without persistent_workers "
+        "(5× or more)"]
+    # persistent workers started again in epoch 2
+    kept = StartupRun("forkserver", True, [3.9, 3.0], [300 * MiB] * 2)
+    assert failing(cell_checks(costs={**cell_costs(), ("forkserver", True, True): kept})) == [
+        "forkserver: persistent_workers removes epoch 2's start-up (under a fifth of a fresh start)"]
+    # forked workers that copied half the index at their first batch
+    copied = StartupRun("fork", False, [0.06, 0.05], [20 * MiB] * 2)
+    assert failing(cell_checks(costs={**cell_costs(), ("fork", False, True): copied})) == [
+        "fork: a worker starts sharing the index (USS above a worker without it by under a quarter of the "
+        "index)"]
+    # forkserver workers without a copy of the index
+    light = StartupRun("forkserver", False, [3.5, 3.4], [282 * MiB] * 2)
+    assert failing(cell_checks(costs={**cell_costs(), ("forkserver", False, True): light})) == [
+        "forkserver: each worker holds its own copy of the index (USS above a worker without it by at least "
+        "half the index)"]
+
+
+def test_cell_defined_needs_fork_and_a_pickling_method_to_judge():
+    from helpers.lessons import cell_defined
+
+    lesson = cell_lesson()
+    lesson.methods = ["spawn", "forkserver"]
+    lesson.table = {k: v for k, v in lesson.table.items() if k[1] != "fork"}
+    checks = cell_defined.checks(lesson, cell_costs(), 16 * 2**20)
+    assert [c.claim for c in checks if c.passed is None] == [
+        "fork workers inherit what a cell defines: every row works"]

@@ -107,6 +107,46 @@ def test_a_changed_block_is_caught_and_named():
     assert "does not import what the block imports: import numpy" in text
 
 
+# -- the learner's cells that run in a child kernel (notebook 20) ---------------------------------
+CHILD_CELL = re.compile(r"```python\n((?:%%writefile [\w.]+\n)?# runs in a child kernel.*?)```", re.S)
+
+
+def child_kernel_blocks(notebook: Path) -> list[tuple[int, str]]:
+    """(cell index, code) of every block that shows a cell a child kernel runs."""
+    cells = json.loads(notebook.read_text())["cells"]
+    return [(i, code) for i, cell in enumerate(cells) if cell["cell_type"] == "markdown"
+            for code in CHILD_CELL.findall("".join(cell["source"]))]
+
+
+def child_cells() -> dict[str, str]:
+    from helpers.data import child_kernel
+
+    return {name: value for name, value in vars(child_kernel).items()
+            if name.startswith("CELL_") and isinstance(value, str)}
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.stem)
+def test_every_child_kernel_cell_shown_is_the_cell_that_runs(notebook):
+    known = set(child_cells().values())
+    problems = [f"cell {i}: a block marked '# runs in a child kernel' that helpers/data/child_kernel.py does "
+                f"not run (copy its CELL_ constant into the block):\n{code[:200]}"
+                for i, code in child_kernel_blocks(notebook) if code not in known]
+    assert not problems, f"{notebook.name}:\n" + "\n".join(problems)
+
+
+def test_notebook_20_shows_each_cell_its_child_kernel_runs(tmp_path):
+    shown = {code for _, code in child_kernel_blocks(ROOT / "notebooks" / "20_dataset_in_a_cell.ipynb")}
+    cells = child_cells()
+    missing = [name for name, code in cells.items() if name != "CELL_MODULE_EDITED" and code not in shown]
+    assert not missing, missing
+    # a changed block is found, and is not a cell that runs
+    changed = cells["CELL_DEFINITIONS"].replace("i * i", "i + i")
+    notebook = tmp_path / "changed.ipynb"
+    notebook.write_text(json.dumps({"cells": [{"cell_type": "markdown",
+                                               "source": ["Text\n```python\n" + changed + "```\n"]}]}))
+    assert child_kernel_blocks(notebook) == [(0, changed)] and changed not in set(cells.values())
+
+
 # -- the device prefetcher, copied whole ------------------------------------------------------------
 def device_prefetcher_block() -> str:
     (code,) = [code for _, _, name, code in pattern_blocks(ROOT / "notebooks" / "07_device_prefetch.ipynb")

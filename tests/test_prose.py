@@ -181,6 +181,7 @@ GIVEAWAYS = {
     "fed_headroom": ["keeps up: no faster", "close to 1×"],
     "per_batch_4_workers_main_limit": ["the floor y + m", "more workers cannot lift"],
     "jpeg_workers": ["stop at the core count"],
+    "cell_dataset_forkserver": ["can't get attribute", "exited unexpectedly", "the workers die"],
 }
 
 

@@ -1,0 +1,391 @@
+"""Notebook 20 · a Dataset defined in a notebook cell: the learner's cells run in a child kernel under
+each start method, the fixes, what Python 3.14's default (``forkserver``) costs when it works, and
+the lesson's checks."""
+
+from __future__ import annotations
+
+import multiprocessing
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from torch.utils.data import DataLoader
+
+from ..classroom.checks import Check, at_least, at_most, holds, premise_failed
+from ..data import child_kernel as cells
+from ..data.child_kernel import CellRun, ChildKernel
+from ..data.workers import worker_memory
+from ..timing import torch_internals
+
+#: The start method the lesson's single runs use: Python 3.14's default on Linux.
+DEFAULT_314 = "forkserver"
+
+#: The parts a cell defines that a spawned worker looks up by name (the lambda fails before that).
+BY_NAME_ROWS = ("Dataset class in a cell", "worker_init_fn in a cell")
+LAMBDA_ROW = "lambda collate_fn in a cell"
+MODULE_ROW = "all three from squares.py"
+
+#: How the lab's own tools meet the same loader, in the child kernel.
+TOOLS = {
+    "helpers.record": "helpers.record(DataLoader(Squares(), batch_size=4, num_workers=2, "
+                      "multiprocessing_context=method), progress=False)",
+    "helpers.diagnose": "helpers.diagnose(DataLoader(Squares(), batch_size=4, num_workers=2, "
+                        "multiprocessing_context=method), steps=8, progress=False)",
+}
+
+
+def loader_cell(call: str, method: str, workers: int | None = None) -> str:
+    """A cell that builds ``call`` under ``method`` and prints its batches."""
+    if workers == 0:  # the main process: no start method to name
+        call = call.replace("num_workers=2, multiprocessing_context=method", "num_workers=0")
+    return f"method = {method!r}\nloader = {call}\n{cells.SHOW}"
+
+
+@dataclass
+class CellLesson:
+    """Everything the child kernel ran and showed."""
+
+    methods: list[str]
+    kernel: dict[str, Any] = field(default_factory=dict)  #: its Python, default method, threads
+    table: dict[tuple[str, str], CellRun] = field(default_factory=dict)  #: (row, method) -> run
+    guard: CellRun | None = None
+    edited: dict[str, CellRun] = field(default_factory=dict)  #: after an edit, no reload: where -> run
+    reloaded: dict[str, CellRun] = field(default_factory=dict)  #: after reload: old/new dataset runs
+    tools: dict[tuple[str, str], CellRun] = field(default_factory=dict)  #: (tool, method) -> run
+    log: str = ""  #: the kernel's own stdout and stderr
+
+    def outcome(self, run: CellRun | None) -> str:
+        """"works", "fails in the kernel" (nothing started), "workers die" or "hangs"."""
+        if run is None:
+            return "not run"
+        if run.status == "hung":
+            return "hangs"
+        if run.ok:
+            return "works"
+        return "workers die" if run.worker_error() else "fails in the kernel"
+
+
+def run_the_cells(methods: list[str], timeout_s: float = 120.0) -> CellLesson:
+    """Run the learner's cells in one fresh kernel: the failure table (each row under each method), the
+    guard, an edit of squares.py without and with ``importlib.reload``, and the lab's tools."""
+    lesson = CellLesson(methods=list(methods))
+    default = DEFAULT_314 if DEFAULT_314 in methods else methods[-1]
+    with ChildKernel(timeout_s=timeout_s) as kernel:
+        info = kernel.run("import multiprocessing, sys, threading, __main__\n"
+                          "print(sys.version.split()[0], multiprocessing.get_start_method(), "
+                          "threading.active_count(), hasattr(__main__, '__file__'))")
+        version, start, threads, has_file = info.stream.split()
+        lesson.kernel = {"python": version, "default_method": start, "threads": int(threads),
+                         "main_has_file": has_file == "True"}
+        for code in (cells.CELL_DEFINITIONS, cells.CELL_MODULE, "import squares"):
+            _must_work(kernel.run(code))
+        for method in methods:
+            for row, call in cells.ROWS.items():
+                lesson.table[row, method] = kernel.run(loader_cell(call, method))
+        guarded = "spawn" if "spawn" in methods else default  # the start method the guard is for
+        lesson.guard = kernel.run(f"method = {guarded!r}\n" + cells.CELL_GUARD)
+        # an edit of squares.py, without reloading it: a dataset made before the edit
+        _must_work(kernel.run("old = squares.Squares()"))
+        _must_work(kernel.run(cells.CELL_MODULE_EDITED))
+        old = "DataLoader(old, batch_size=4, num_workers=2, multiprocessing_context=method)"
+        lesson.edited["main process"] = kernel.run(loader_cell(old, default, workers=0))
+        for method in dict.fromkeys(["fork", default]):
+            if method in methods:
+                lesson.edited[method] = kernel.run(loader_cell(old, method))
+        _must_work(kernel.run(cells.CELL_RELOAD))
+        lesson.reloaded["made before the reload"] = kernel.run(loader_cell(old, default))
+        new = old.replace("DataLoader(old", "DataLoader(dataset")
+        lesson.reloaded["made again"] = kernel.run(loader_cell(new, default))
+        _must_work(kernel.run("import helpers"))
+        for method in methods:
+            if method != "fork":
+                for tool, call in TOOLS.items():
+                    lesson.tools[tool, method] = kernel.run(f"method = {method!r}\n{call}")
+    lesson.log = kernel.log
+    return lesson
+
+
+def _must_work(run: CellRun) -> None:
+    if not run.ok:
+        raise RuntimeError(f"the child kernel could not run a setup cell ({run.outcome()}):\n{run.code}\n"
+                           "Check that `make lab` installed the lab (jupyter_client, ipykernel) in this "
+                           "kernel.")
+
+
+def short(run: CellRun) -> str:
+    """A table cell: the outcome, the time, and the worker's error where one printed it."""
+    if run.status == "hung":
+        return run.outcome()
+    if run.ok:
+        return f"works ({run.seconds:.1f} s)"
+    name, value = run.error or ("", "")
+    text = f"{name}: {value.split(':')[0] if 'pickle' in value.lower() else value} ({run.seconds:.1f} s)"
+    worker = run.worker_error()
+    return text + (f"; each worker: {worker}" if worker else "")
+
+
+def failure_rows(lesson: CellLesson) -> list[list[str]]:
+    """The failure table: what the cell defines × start method."""
+    return [[row, *(short(lesson.table[row, m]) for m in lesson.methods)] for row in cells.ROWS]
+
+
+def outcome_cells(lesson: CellLesson) -> dict[tuple[str, str], tuple[str, str]]:
+    """For the figure: (row, method) -> (outcome, a short label of what the cell ended with)."""
+    out = {}
+    for (row, method), run in lesson.table.items():
+        outcome = lesson.outcome(run)
+        if outcome == "works":
+            label = f"works · {run.seconds:.1f} s"
+        elif outcome == "workers die":
+            worker = run.worker_error().split(": ", 1)[-1].split(" on <")[0]
+            label = f"each worker: {worker} · {(run.error or ('error',))[0]} after {run.seconds:.1f} s"
+        elif outcome == "fails in the kernel":
+            label = f"{(run.error or ('error',))[0]} in the kernel, no worker started · {run.seconds:.1f} s"
+        else:
+            label = run.outcome()
+        out[row, method] = (outcome, label)
+    return out
+
+
+# -- what the default costs when it works -------------------------------------------------------------
+@dataclass
+class StartupRun:
+    """One loader over a few epochs: the first batch of each epoch, and its workers' own memory."""
+
+    method: str
+    persistent: bool
+    first_batch_s: list[float]
+    uss: list[int]  #: each worker's USS at the first batch of epoch 1 (bytes)
+
+
+def startup_run(dataset: Any, method: str, *, persistent: bool, epochs: int = 2, batches: int = 4,
+                batch_size: int = 8) -> StartupRun:
+    """Time from ``iter(loader)`` to the first batch in each epoch (the workers' start-up, or their
+    resumption), and measure each worker's USS at the first batch of the first epoch."""
+    loader = DataLoader(dataset, batch_size=batch_size, num_workers=2, persistent_workers=persistent,
+                        sampler=range(batches * batch_size), multiprocessing_context=method)
+    first, uss = [], []
+    for epoch in range(epochs):
+        start = time.perf_counter()
+        iterator = iter(loader)
+        next(iterator)
+        first.append(time.perf_counter() - start)
+        if epoch == 0:
+            uss = [w.uss for w in worker_memory(iterator)]
+        for _ in iterator:
+            pass
+        del iterator
+    torch_internals.drop_persistent_iterator(loader)
+    return StartupRun(method, persistent, first, uss)
+
+
+Costs = dict[tuple[str, bool, bool], StartupRun]  #: (method, persistent, with the index) -> run
+
+
+def startup_costs(methods: list[str], names: int) -> tuple[Costs, int, int]:
+    """The same loader over an index of ``names`` file names, per start method: two epochs without and
+    with ``persistent_workers``; and, for fork and forkserver, a worker without the index (the same
+    dataset holding nothing). Returns the runs by (method, persistent, with the index), the index's
+    size in this process and the bytes each worker is sent at each start (pickled)."""
+    from ..data.copy_on_read import PathDataset, make_paths, sent_bytes
+
+    paths = make_paths(names)
+    index, bare = PathDataset(paths, "list"), PathDataset(paths, "none")
+    runs = {}
+    for method in methods:
+        for persistent in (False, True):
+            runs[method, persistent, True] = startup_run(index, method, persistent=persistent)
+        if method in ("fork", DEFAULT_314):
+            runs[method, False, False] = startup_run(bare, method, persistent=False, epochs=1)
+    return runs, index.data_bytes(), sent_bytes(index)
+
+
+def cost_methods(methods: list[str]) -> list[str]:
+    """The start methods section 4 times: all of them at full size; in quick mode spawn is left out
+    where forkserver is there (both import torch in each worker; notebook 05 times both)."""
+    from ..config import is_smoke
+
+    return [m for m in methods if not (is_smoke() and m == "spawn" and DEFAULT_314 in methods)]
+
+
+def cost_rows(costs: Costs) -> list[list[str]]:
+    """Section 4's table: method, persistence, the first batch of each epoch, the workers' USS."""
+    return [[method, ("yes" if persistent else "no") + ("" if indexed else " (no index)"),
+             f"{run.first_batch_s[0]:.3f}",
+             f"{run.first_batch_s[1]:.3f}" if len(run.first_batch_s) > 1 else "—",
+             " · ".join(f"{u / 2**20:.0f}" for u in run.uss)]
+            for (method, persistent, indexed), run in costs.items()]
+
+
+def pickled_names(obj: Any) -> list[str]:
+    """The module-qualified names in ``obj``'s pickle: what unpickling imports and looks up."""
+    import pickle
+    import pickletools
+
+    strings: list[str] = []
+    names = []
+    for op, arg, _ in pickletools.genops(pickle.dumps(obj)):
+        if op.name in ("SHORT_BINUNICODE", "BINUNICODE", "UNICODE"):
+            strings.append(arg)
+        elif op.name == "STACK_GLOBAL":
+            names.append(f"{strings[-2]}.{strings[-1]}")
+        elif op.name == "GLOBAL":
+            names.append(arg.replace(" ", "."))
+    return names
+
+
+def python314_rows(lesson: CellLesson, costs: Costs, index_bytes: int,
+                   sent_bytes: int) -> list[list[str]]:
+    """Section 5: fork (Linux's default to Python 3.13) against forkserver (3.14), each cell measured in
+    this run, with the one-line change for each row."""
+    def cell(row: str, method: str) -> str:
+        run = lesson.table.get((row, method))
+        if run is None:
+            return "not on this platform"
+        return f"{lesson.outcome(run)} ({run.seconds:.1f} s)"
+
+    def epoch2(method: str) -> str:
+        run = costs.get((method, False, True))
+        return "not on this platform" if run is None else f"{run.first_batch_s[-1]:.2f} s"
+
+    def own(method: str) -> str:
+        run, bare = costs.get((method, False, True)), costs.get((method, False, False))
+        if run is None or bare is None:
+            return "not on this platform"
+        extra = (mean(run.uss) - mean(bare.uss)) / 2**20
+        return f"{extra:.0f} MiB (the index: {index_bytes / 2**20:.0f} MiB)"
+
+    fork, new = "fork", DEFAULT_314
+    return [
+        ["the default start method on Linux", "fork", "forkserver",
+         'multiprocessing_context="fork" on a loader (where safe: section 3)'],
+        ["a Dataset defined in a cell", cell(BY_NAME_ROWS[0], fork), cell(BY_NAME_ROWS[0], new),
+         "move it to a module beside the notebook: %%writefile squares.py, import squares"],
+        ["a worker_init_fn defined in a cell", cell(BY_NAME_ROWS[1], fork), cell(BY_NAME_ROWS[1], new),
+         "the same module"],
+        ["a lambda as collate_fn", cell(LAMBDA_ROW, fork), cell(LAMBDA_ROW, new),
+         "def it at the top level of that module"],
+        ["workers' start-up, every epoch", epoch2(fork), epoch2(new), "persistent_workers=True"],
+        ["the dataset sent to each worker, every start", "nothing: inherited",
+         f"{sent_bytes / 2**20:.1f} MiB, pickled", "persistent_workers=True; an index in an array (12)"],
+        ["a worker's own memory for the index, at its first batch", own(fork), own(new),
+         "an index in a NumPy or Arrow array (12)"],
+    ]
+
+
+def mean(values) -> float:
+    values = list(values)
+    return statistics.fmean(values) if values else float("nan")
+
+
+# -- the lesson's checks --------------------------------------------------------------------------------
+CLAIMS = {
+    "fork": "fork workers inherit what a cell defines: every row works",
+    "by_name": "{method}: a worker cannot find a class or function defined in a cell "
+               "(\"Can't get attribute\")",
+    "lambda": "{method}: a lambda cannot be sent at all: the cell fails before any worker starts, "
+              "faster than a worker could fail",
+    "module": "the same code in a module beside the notebook works under every start method",
+    "guard": "`if __name__ == \"__main__\":` does not help in a notebook: the same error",
+    "edit": "after an edit without reload, {method} workers run the file's new code; the kernel and fork "
+            "workers the old",
+    "reload": "after importlib.reload, a dataset made before it can no longer be sent; made again, it runs "
+              "the new code",
+    "startup": "{method} workers start far slower than fork workers, at every epoch without "
+               "persistent_workers (5× or more)",
+    "persistent": "{method}: persistent_workers removes epoch 2's start-up (under a fifth of a fresh start)",
+    "copy": "{method}: each worker holds its own copy of the index (USS above a worker without it by at "
+            "least half the index)",
+    "shared": "fork: a worker starts sharing the index (USS above a worker without it by under a quarter "
+              "of the index)",
+}
+
+
+def checks(lesson: CellLesson, costs: Costs, index_bytes: int) -> list[Check]:
+    """``costs``: (method, persistent, with the index) -> run; ``index_bytes``: the index's size in the
+    kernel."""
+    out: list[Check] = []
+    methods = lesson.methods
+    if "fork" in methods:
+        runs = [lesson.table[row, "fork"] for row in cells.ROWS]
+        out.append(holds(CLAIMS["fork"], all(r.ok for r in runs), "; ".join(short(r) for r in runs)))
+    else:
+        out.append(premise_failed(CLAIMS["fork"], "", "fork is not available on this platform"))
+    pickled = [m for m in methods if m != "fork"]
+    for method in pickled:
+        runs = [lesson.table[row, method] for row in BY_NAME_ROWS]
+        out.append(holds(CLAIMS["by_name"].format(method=method),
+                         all(not r.ok and "Can't get attribute" in r.stream + r.log for r in runs),
+                         "; ".join(short(r) for r in runs)))
+        lam = lesson.table[LAMBDA_ROW, method]
+        slowest = max(r.seconds for r in runs)
+        out.append(holds(CLAIMS["lambda"].format(method=method),
+                         lesson.outcome(lam) == "fails in the kernel" and lam.seconds < slowest / 2,
+                         f"{short(lam)}; a worker's failure: {slowest:.1f} s"))
+    module = [lesson.table[MODULE_ROW, m] for m in methods]
+    reference = module[0].stream.strip()
+    out.append(holds(CLAIMS["module"], all(r.ok and r.stream.strip() == reference for r in module),
+                     "; ".join(f"{m}: {short(r)}" for m, r in zip(methods, module, strict=True))))
+    if lesson.guard is not None:
+        guard = lesson.guard
+        out.append(holds(CLAIMS["guard"], not guard.ok and "Can't get attribute" in guard.stream + guard.log,
+                         short(lesson.guard)))
+    default = next((m for m in lesson.edited if m not in ("main process", "fork")), None)
+    if default is None or "fork" not in lesson.edited:
+        out.append(premise_failed(CLAIMS["edit"].format(method=default or "forkserver"), "",
+                                  "fork and a pickling start method are both needed"))
+    else:
+        main, forked, fresh = (lesson.edited[k].stream.strip() for k in ("main process", "fork", default))
+        out.append(holds(CLAIMS["edit"].format(method=default),
+                         main == forked and fresh != main and all(lesson.edited[k].ok for k in lesson.edited),
+                         f"kernel {main}; fork {forked}; {default} {fresh}"))
+    before, again = lesson.reloaded.get("made before the reload"), lesson.reloaded.get("made again")
+    if before is not None and again is not None:
+        out.append(holds(CLAIMS["reload"],
+                         lesson.outcome(before) == "fails in the kernel" and again.ok
+                         and again.stream.strip() != lesson.edited["main process"].stream.strip(),
+                         f"made before: {short(before)}; made again: {again.stream.strip()}"))
+    out.extend(cost_checks(costs, index_bytes))
+    return out
+
+
+def cost_checks(costs: Costs, index_bytes: int) -> list[Check]:
+    """The start-up and memory claims (see :data:`CLAIMS`)."""
+    out: list[Check] = []
+    fork = costs.get(("fork", False, True))
+    for (method, persistent, indexed), run in costs.items():
+        if method == "fork" or persistent or not indexed:
+            continue
+        claim = CLAIMS["startup"].format(method=method)
+        if fork is None:
+            out.append(premise_failed(claim, "", "fork is not available on this platform"))
+        else:
+            pairs = list(zip(run.first_batch_s, fork.first_batch_s, strict=False))
+            ratio = min(a / max(b, 1e-3) for a, b in pairs)
+            out.append(at_least(claim, ratio, 5.0, unit="×",
+                                what="the smaller of the epochs' ratios: "
+                                     + ", ".join(f"{a:.2f} vs {b:.3f} s" for a, b in pairs)))
+        kept = costs.get((method, True, True))
+        if kept is not None:
+            out.append(at_most(CLAIMS["persistent"].format(method=method),
+                               kept.first_batch_s[-1] / run.first_batch_s[-1], 0.2, unit="×",
+                               what=f"epoch 2: {kept.first_batch_s[-1]:.3f} s with, "
+                                    f"{run.first_batch_s[-1]:.2f} s without"))
+    for (method, persistent, indexed), run in costs.items():
+        bare = costs.get((method, False, False))
+        if persistent or not indexed or bare is None:
+            continue
+        extra = mean(run.uss) - mean(bare.uss)
+        what = f"{extra / 2**20:.0f} MiB more, the index {index_bytes / 2**20:.0f} MiB"
+        if method == "fork":
+            out.append(at_most(CLAIMS["shared"], extra / index_bytes, 0.25, unit="×", what=what))
+        else:
+            out.append(at_least(CLAIMS["copy"].format(method=method), extra / index_bytes, 0.5, unit="×",
+                                what=what))
+    return out
+
+
+def available_methods() -> list[str]:
+    """fork, spawn and forkserver, where this platform has them."""
+    return [m for m in ("fork", "spawn", "forkserver") if m in multiprocessing.get_all_start_methods()]
