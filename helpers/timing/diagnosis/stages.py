@@ -110,7 +110,7 @@ def exposes_stages(dataset: Any) -> bool:
     return instrument(copy.copy(dataset), {}) != []
 
 
-def time_stages(loader: DataLoader, samples: int = 16) -> dict[str, float] | None:
+def time_stages(loader: DataLoader, samples: int = 24) -> dict[str, float] | None:
     """Seconds per sample of each stage of ``loader.dataset``'s ``__getitem__`` (and "the rest"),
     timed in one worker on its first ``samples`` indices (the loader's own start method); None when
     it exposes none or they cannot be timed (an iterable dataset, a dataset that cannot be copied)."""
@@ -160,9 +160,11 @@ def remedy(stage: str, device: str | None) -> str:
 def stage_advice(stages: dict[str, float], fetch_s: float, per_batch: int, workers: int, loop_s: float,
                  device: str | None, cores: float) -> Any:
     """A recommendation naming the costliest stage of a sample with its share and its remedy, and the
-    step the model predicts without it: the fetch shrinks by that stage's time per batch; with 0
-    ``workers`` the loop fetches, then steps; with workers that compute, they are capped at the cores.
-    None when no stage takes :data:`STAGE_SHARE` of a sample."""
+    step the model predicts without it: the fetch shrinks by that stage's share of a sample (its share,
+    not its seconds: the stages are timed in one worker, the fetch where the loader runs it, and a
+    sample's time differs between the two); with 0 ``workers`` the loop fetches, then steps; with
+    workers that compute, they are capped at the cores. None when no stage takes
+    :data:`STAGE_SHARE` of a sample."""
     from .rules import Recommendation, _ms
 
     sample_s = sum(stages.values())
@@ -173,11 +175,11 @@ def stage_advice(stages: dict[str, float], fetch_s: float, per_batch: int, worke
     share = seconds / sample_s
     if share < STAGE_SHARE:
         return None
-    after_fetch = max(fetch_s - seconds * per_batch, 0.0)
+    after_fetch = fetch_s * (1.0 - share)
     predicted = (after_fetch + loop_s if workers == 0
                  else max(after_fetch / max(min(workers, cores), 1.0), loop_s))
     listed = ", ".join(f"{k} {_ms(v)}" for k, v in stages.items())
     return Recommendation(
         "sample_stage", f"the costliest stage of a sample is {stage}: {remedy(stage, device)}",
         f"timed in a worker, a sample takes {_ms(sample_s)}: {listed}; {stage} is {share:.0%} of it, "
-        f"{_ms(seconds * per_batch)} of the {_ms(fetch_s)} a batch takes to fetch", None, predicted)
+        f"about {_ms(share * fetch_s)} of the {_ms(fetch_s)} a batch takes to fetch here", None, predicted)
