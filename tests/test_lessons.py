@@ -2408,6 +2408,25 @@ def test_way_in_checks_fail_when_the_plain_loop_misreads_or_the_advice_does_not_
     assert no_advice.passed is None and "advised no setting" in no_advice.premise
 
 
+def test_way_in_sets_the_no_longer_waits_claim_aside_at_the_sizing_rules_knee():
+    from types import SimpleNamespace
+
+    from helpers.lessons import way_in
+
+    claim = ("with that advice the plain loop no longer waits for data most of the time (under 20 %, "
+             "beyond its own work per batch, m)")
+    before, waits = _plain(64, 25), _plain(7, 25)  # after the advice the loop still waits 7 ms a batch
+    # 3 workers at 78 / 3 = 26 ms against a loop of 25 + 1.8 ms: 3 % to spare, jitter decides
+    knee = SimpleNamespace(steady_wait_share=0.70, fetch_mean_s=0.078, replay_step_s=0.025, main_s=0.0018)
+    (at_knee,) = [c for c in way_in.checks(before, knee, [_followed(0.089, 0.030, 0.026)], waits, 3)
+                  if c.claim == claim]
+    assert at_knee.passed is None and "knee" in at_knee.premise and "3% to spare" in at_knee.premise
+    # 4 workers at 88 / 4 = 22 ms: 18 % to spare, judged, and the same waiting fails it
+    clear = SimpleNamespace(steady_wait_share=0.70, fetch_mean_s=0.088, replay_step_s=0.025, main_s=0.0018)
+    assert way_in.knee_slack(clear, 4) == pytest.approx(1 - 22 / 26.8)
+    assert claim in failing(way_in.checks(before, clear, [_followed(0.089, 0.030, 0.026)], waits, 4))
+
+
 def test_way_in_leaves_out_each_workers_first_batch_after_the_advice():
     from types import SimpleNamespace
 
@@ -2959,11 +2978,13 @@ def cell_lesson(table=None, **change):
         for row in ROWS:
             works = method == "fork" or row == cell_defined.MODULE_ROW
             lesson.table[row, method] = (ok(seconds=2.0) if works else
-                                         refused if row == cell_defined.LAMBDA_ROW else dies())
+                                         refused if row == cell_defined.LAMBDA_ROW else
+                                         dies(seconds=5.2 if method == "forkserver" else 3.0))
     lesson.table.update(table or {})
     lesson.guard = dies()
     lesson.edited = {"main process": ok(), "fork": ok(), "forkserver": ok(TENFOLD, 2.0)}
-    stale = CellRun("", "error", 0.1, "", ("PicklingError", "Can't pickle"))
+    not_same = "Can't pickle <class 'squares.Squares'>: it's not the same object as squares.Squares"
+    stale = CellRun("", "error", 0.1, "", ("PicklingError", not_same))
     lesson.reloaded = {"made before the reload": stale, "made again": ok(TENFOLD, 2.0)}
     for key, value in change.items():
         setattr(lesson, key, value)
@@ -3016,14 +3037,22 @@ def test_cell_defined_checks_fail_when_the_lesson_is_false():
     # the module's loader failed under forkserver
     assert failing(cell_checks(cell_lesson({("all three from squares.py", "forkserver"): dies()}))) == [
         "the same code in a module beside the notebook works under every start method"]
-    # the guard helped
-    assert failing(cell_checks(cell_lesson(guard=works))) == [
-        "`if __name__ == \"__main__\":` does not help in a notebook: the same error"]
+    # forkserver's workers died and the loop learnt of it at once, not at a status check
+    early = {("Dataset class in a cell", "forkserver"): dies(2.9)}
+    assert failing(cell_checks(cell_lesson(early))) == [
+        "forkserver: the loop learns of a dead worker only at its status check, every 5 s (a whole number of "
+        "5 s, + 0.8 s at most)"]
     # after the edit, forkserver workers ran the old code
     stale = {"main process": works, "fork": works, "forkserver": works}
     assert failing(cell_checks(cell_lesson(edited=stale))) == [
         "after an edit without reload, forkserver workers run the file's new code; the kernel and fork "
         "workers the old"]
+    # the dataset made again still ran the old code
+    old = {"made before the reload": cell_lesson().reloaded["made before the reload"],
+           "made again": CellRun("", "ok", 2.0, SQUARES)}
+    assert failing(cell_checks(cell_lesson(reloaded=old))) == [
+        "after importlib.reload, a dataset made before it can no longer be sent; made again, it runs the new "
+        "code"]
     # a dataset made before the reload still pickled
     tenfold = CellRun("", "ok", 2.0, TENFOLD)
     pickled = {"made before the reload": tenfold, "made again": tenfold}
@@ -3066,3 +3095,19 @@ def test_cell_defined_needs_fork_and_a_pickling_method_to_judge():
     checks = cell_defined.checks(lesson, cell_costs(), 16 * 2**20)
     assert [c.claim for c in checks if c.passed is None] == [
         "fork workers inherit what a cell defines: every row works"]
+
+
+def test_a_failure_at_the_loops_status_check_is_told_from_one_noticed_at_once():
+    from helpers.lessons.cell_defined import STATUS_CHECK_S, on_status_check
+
+    assert STATUS_CHECK_S == 5.0  # torch 2.14's MP_STATUS_CHECK_INTERVAL
+    assert on_status_check(5.2) and on_status_check(10.5) and on_status_check(5.0)
+    assert not on_status_check(2.9) and not on_status_check(6.3) and not on_status_check(4.9)
+
+
+def test_the_names_a_pickle_asks_for_are_recorded_as_it_is_unpickled():
+    from helpers.lessons.cell_defined import pickled_names
+
+    assert pickled_names(helpers.WorkDataset(4)) == ["helpers.data.datasets.WorkDataset"]
+    # a module named twice is memoised in the pickle, and still named in full each time
+    assert pickled_names([math.sqrt, math.floor]) == ["math.sqrt", "math.floor"]

@@ -165,7 +165,7 @@ def test_no_file_speaks_of_sessions_rounds_or_run_logs():
 #: Each vote's measured answer, in the words a text would give it away with (INSTRUCTORS.md has the
 #: answers; a learner's notebook must not, above the vote).
 GIVEAWAYS = {
-    "wait_share_0_workers": ["three quarters", "75 %", "64 / (64 + 25)", "64 / 89"],
+    "wait_share_0_workers": ["three quarters", "75 %", "72 / (72 + 25)", "72 / 97"],
     "per_batch_2_workers": ["0.25 s / 0.75 s", "0.25 and 0.75", "0.25 s and 0.75 s", "intervals alternate"],
     "workers_needed": ["gives 3", "3 workers", "three workers"],
     "runahead_prefetch_4": ["counts batches per worker", "4 each, as"],
@@ -201,7 +201,7 @@ def giveaways_above_votes(cells: list[dict]) -> list[str]:
 
 
 def test_the_giveaway_finder_finds_an_answer_above_its_vote():
-    md = {"cell_type": "markdown", "source": ["Expect *about 25 %*; the arithmetic, 64 / (64 + 25),",
+    md = {"cell_type": "markdown", "source": ["Expect *about 25 %*; the arithmetic, 72 / (72 + 25),",
                                               " and the run\n",
                                               "both give about three quarters."]}
     vote = {"cell_type": "code",

@@ -450,6 +450,18 @@ def test_a_lambda_or_local_class_under_spawn_gets_the_fix_named(monkeypatch):
     forked = DataLoader(Local(4), batch_size=2, num_workers=1, multiprocessing_context="fork",
                         collate_fn=lambda samples: len(samples))
     assert len(helpers.record(forked, progress=False).batches) == 2  # fork inherits them: fine
+    # a sampler defined inside a function stays in the main process (the workers get indices): no refusal
+    from helpers.timing.recorder import check_importable
+
+    class LocalSampler(torch.utils.data.Sampler):
+        def __len__(self):
+            return 4
+
+        def __iter__(self):
+            return iter(range(4))
+
+    check_importable(DataLoader(helpers.WorkDataset(4), batch_size=2, num_workers=1,
+                                multiprocessing_context="spawn", sampler=LocalSampler()))
 
 
 def test_a_cuda_step_is_waited_for_before_the_clock_is_read(monkeypatch):

@@ -84,6 +84,9 @@ ROWS = {
 
 #: What a loader's cell prints: its batches, flat.
 SHOW = "print([batch.flatten().tolist() for batch in loader])"
+#: ...for squares.py as first written, and as edited (each square times ten), batches of 4.
+SQUARES = str([[i * i for i in range(k, k + 4)] for k in (0, 4)])
+EDITED = str([[i * i * 10 for i in range(k, k + 4)] for k in (0, 4)])
 
 #: While editing squares.py: reload it after each edit, and make the dataset again.
 CELL_RELOAD = '''\
@@ -253,3 +256,20 @@ class ChildKernel:
                 self.log = log.read()
         if self.folder:
             shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def pickled_names(obj: Any) -> list[str]:
+    """The module-qualified names ``obj``'s pickle asks for as it is unpickled: what a worker imports and
+    looks up (recorded by the unpickler's ``find_class``, which does both)."""
+    import io
+    import pickle
+
+    names: list[str] = []
+
+    class Recorder(pickle.Unpickler):
+        def find_class(self, module: str, name: str) -> Any:
+            names.append(f"{module}.{name}")
+            return super().find_class(module, name)
+
+    Recorder(io.BytesIO(pickle.dumps(obj))).load()
+    return names

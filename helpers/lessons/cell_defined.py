@@ -4,7 +4,9 @@ the lesson's checks."""
 
 from __future__ import annotations
 
+import math
 import multiprocessing
+import re
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -14,7 +16,7 @@ from torch.utils.data import DataLoader
 
 from ..classroom.checks import Check, at_least, at_most, holds, premise_failed
 from ..data import child_kernel as cells
-from ..data.child_kernel import CellRun, ChildKernel
+from ..data.child_kernel import CellRun, ChildKernel, pickled_names  # noqa: F401 (notebook 20 reads it here)
 from ..data.workers import worker_memory
 from ..timing import torch_internals
 
@@ -33,6 +35,12 @@ TOOLS = {
     "helpers.diagnose": "helpers.diagnose(DataLoader(Squares(), batch_size=4, num_workers=2, "
                         "multiprocessing_context=method), steps=8, progress=False)",
 }
+
+
+def shown_method(methods: list[str]) -> str:
+    """The start method the lesson's single runs and its vote use: forkserver (Python 3.14's default on
+    Linux) where there is one, else spawn (Windows), else the last there is."""
+    return next((m for m in (DEFAULT_314, "spawn") if m in methods), methods[-1])
 
 
 def loader_cell(call: str, method: str, workers: int | None = None) -> str:
@@ -70,14 +78,15 @@ def run_the_cells(methods: list[str], timeout_s: float = 120.0) -> CellLesson:
     """Run the learner's cells in one fresh kernel: the failure table (each row under each method), the
     guard, an edit of squares.py without and with ``importlib.reload``, and the lab's tools."""
     lesson = CellLesson(methods=list(methods))
-    default = DEFAULT_314 if DEFAULT_314 in methods else methods[-1]
+    default = shown_method(methods)
     with ChildKernel(timeout_s=timeout_s) as kernel:
         info = kernel.run("import multiprocessing, sys, threading, __main__\n"
                           "print(sys.version.split()[0], multiprocessing.get_start_method(), "
-                          "threading.active_count(), hasattr(__main__, '__file__'))")
-        version, start, threads, has_file = info.stream.split()
+                          "threading.active_count(), hasattr(__main__, '__file__'), "
+                          "getattr(__main__, '__spec__', None) is not None)")
+        version, start, threads, has_file, has_spec = info.stream.split()
         lesson.kernel = {"python": version, "default_method": start, "threads": int(threads),
-                         "main_has_file": has_file == "True"}
+                         "main_has_file": has_file == "True", "main_has_spec": has_spec == "True"}
         for code in (cells.CELL_DEFINITIONS, cells.CELL_MODULE, "import squares"):
             _must_work(kernel.run(code))
         for method in methods:
@@ -120,9 +129,18 @@ def short(run: CellRun) -> str:
     if run.ok:
         return f"works ({run.seconds:.1f} s)"
     name, value = run.error or ("", "")
-    text = f"{name}: {value.split(':')[0] if 'pickle' in value.lower() else value} ({run.seconds:.1f} s)"
+    text = f"{name}: {re.sub(r' at 0x[0-9a-f]+', '', value)} ({run.seconds:.1f} s)"
     worker = run.worker_error()
     return text + (f"; each worker: {worker}" if worker else "")
+
+
+def edit_rows(lesson: CellLesson) -> list[list[str]]:
+    """Section 3's table: where a dataset ran after the edit of squares.py, and what it gave."""
+    where = {"main process": "the kernel itself (num_workers=0)", "made before the reload":
+             "after the reload: the dataset made before it", "made again": "after the reload: made again"}
+    runs = {**lesson.edited, **lesson.reloaded}
+    return [[where.get(k, f"{k} workers"), run.stream.strip() if run.ok else short(run)]
+            for k, run in runs.items()]
 
 
 def failure_rows(lesson: CellLesson) -> list[list[str]]:
@@ -218,23 +236,6 @@ def cost_rows(costs: Costs) -> list[list[str]]:
             for (method, persistent, indexed), run in costs.items()]
 
 
-def pickled_names(obj: Any) -> list[str]:
-    """The module-qualified names in ``obj``'s pickle: what unpickling imports and looks up."""
-    import pickle
-    import pickletools
-
-    strings: list[str] = []
-    names = []
-    for op, arg, _ in pickletools.genops(pickle.dumps(obj)):
-        if op.name in ("SHORT_BINUNICODE", "BINUNICODE", "UNICODE"):
-            strings.append(arg)
-        elif op.name == "STACK_GLOBAL":
-            names.append(f"{strings[-2]}.{strings[-1]}")
-        elif op.name == "GLOBAL":
-            names.append(arg.replace(" ", "."))
-    return names
-
-
 def python314_rows(lesson: CellLesson, costs: Costs, index_bytes: int,
                    sent_bytes: int) -> list[list[str]]:
     """Section 5: fork (Linux's default to Python 3.13) against forkserver (3.14), each cell measured in
@@ -287,7 +288,8 @@ CLAIMS = {
     "lambda": "{method}: a lambda cannot be sent at all: the cell fails before any worker starts, "
               "faster than a worker could fail",
     "module": "the same code in a module beside the notebook works under every start method",
-    "guard": "`if __name__ == \"__main__\":` does not help in a notebook: the same error",
+    "status_check": "forkserver: the loop learns of a dead worker only at its status check, every "
+                    "5 s (a whole number of 5 s, + 0.8 s at most)",
     "edit": "after an edit without reload, {method} workers run the file's new code; the kernel and fork "
             "workers the old",
     "reload": "after importlib.reload, a dataset made before it can no longer be sent; made again, it runs "
@@ -327,10 +329,14 @@ def checks(lesson: CellLesson, costs: Costs, index_bytes: int) -> list[Check]:
     reference = module[0].stream.strip()
     out.append(holds(CLAIMS["module"], all(r.ok and r.stream.strip() == reference for r in module),
                      "; ".join(f"{m}: {short(r)}" for m, r in zip(methods, module, strict=True))))
-    if lesson.guard is not None:
-        guard = lesson.guard
-        out.append(holds(CLAIMS["guard"], not guard.ok and "Can't get attribute" in guard.stream + guard.log,
-                         short(lesson.guard)))
+    if DEFAULT_314 in pickled:
+        died = [lesson.table[row, DEFAULT_314] for row in BY_NAME_ROWS]
+        if any(lesson.outcome(r) != "workers die" for r in died):
+            out.append(premise_failed(CLAIMS["status_check"], "; ".join(short(r) for r in died),
+                                      "a forkserver worker did not die in both rows"))
+        else:
+            out.append(holds(CLAIMS["status_check"], all(on_status_check(r.seconds) for r in died),
+                             ", ".join(f"{r.seconds:.1f} s" for r in died)))
     default = next((m for m in lesson.edited if m not in ("main process", "fork")), None)
     if default is None or "fork" not in lesson.edited:
         out.append(premise_failed(CLAIMS["edit"].format(method=default or "forkserver"), "",
@@ -338,16 +344,28 @@ def checks(lesson: CellLesson, costs: Costs, index_bytes: int) -> list[Check]:
     else:
         main, forked, fresh = (lesson.edited[k].stream.strip() for k in ("main process", "fork", default))
         out.append(holds(CLAIMS["edit"].format(method=default),
-                         main == forked and fresh != main and all(lesson.edited[k].ok for k in lesson.edited),
+                         main == forked == cells.SQUARES and fresh == cells.EDITED,
                          f"kernel {main}; fork {forked}; {default} {fresh}"))
     before, again = lesson.reloaded.get("made before the reload"), lesson.reloaded.get("made again")
     if before is not None and again is not None:
+        name, value = before.error or ("", "")
         out.append(holds(CLAIMS["reload"],
-                         lesson.outcome(before) == "fails in the kernel" and again.ok
-                         and again.stream.strip() != lesson.edited["main process"].stream.strip(),
+                         name == "PicklingError" and "not the same object" in value
+                         and again.stream.strip() == cells.EDITED,
                          f"made before: {short(before)}; made again: {again.stream.strip()}"))
     out.extend(cost_checks(costs, index_bytes))
     return out
+
+
+#: How often the loop checks its workers while it waits for a batch (s): torch's MP_STATUS_CHECK_INTERVAL.
+STATUS_CHECK_S = torch_internals.STATUS_CHECK_INTERVAL_S
+
+
+def on_status_check(seconds: float, slack_s: float = 0.8) -> bool:
+    """Whether a failure after ``seconds`` came at one of the loop's status checks: a whole number (at
+    least one) of :data:`STATUS_CHECK_S` after the wait began, plus the cell's own setup (``slack_s``)."""
+    checks_passed = math.floor(seconds / STATUS_CHECK_S)
+    return checks_passed >= 1 and seconds - checks_passed * STATUS_CHECK_S <= slack_s
 
 
 def cost_checks(costs: Costs, index_bytes: int) -> list[Check]:

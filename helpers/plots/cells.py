@@ -37,7 +37,7 @@ def plot_cell_outcomes(rows: Sequence[str], methods: Sequence[str],
                                        edgecolor=palette.PAPER))
             lines = [line for part in label.split(" · ") for line in textwrap.wrap(part, 36)]
             ax.text(c + 0.5, r + 0.5, "\n".join(lines), ha="center", va="center",
-                    fontsize=10, color=palette.ink_on(colour))
+                    fontsize=12, color=palette.ink_on(colour))
     ax.set_xlim(0, len(methods))
     ax.set_ylim(len(rows), 0)
     ax.set_xticks([c + 0.5 for c in range(len(methods))], [f"start method: {m}" for m in methods])

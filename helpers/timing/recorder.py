@@ -294,9 +294,9 @@ def start_method_of(loader: DataLoader) -> str:
 
 def check_importable(loader: DataLoader) -> None:
     """Raise :class:`NotImportable` naming the fix when the loader's workers start by spawn or
-    forkserver and its dataset, sampler, ``collate_fn`` or ``worker_init_fn`` is a lambda, a
-    function or class defined inside another function, or defined in a notebook cell: each
-    worker receives them pickled *by name* and imports them, and these have no importable name
+    forkserver and its dataset, ``collate_fn`` or ``worker_init_fn`` is a lambda, a function or
+    class defined inside another function, or defined in a notebook cell: each worker receives
+    them pickled *by name* and imports them, and these have no importable name
     (PyTorch's own error is a bare "Can't pickle local object" or, from the dead worker,
     "Can't get attribute ... on <module '__main__'>"). Under fork they are inherited, and fine."""
     if loader.num_workers == 0:
@@ -307,8 +307,10 @@ def check_importable(loader: DataLoader) -> None:
     import __main__
 
     notebook = not hasattr(__main__, "__file__")
-    parts = {"dataset": loader.dataset, "sampler": loader.sampler, "batch_sampler": loader.batch_sampler,
-             "collate_fn": loader.collate_fn, "worker_init_fn": loader.worker_init_fn}
+    # what each worker receives (_MultiProcessingDataLoaderIter's Process arguments); the sampler and the
+    # batch sampler stay in the main process, which sends the workers indices
+    parts = {"dataset": loader.dataset, "collate_fn": loader.collate_fn,
+             "worker_init_fn": loader.worker_init_fn}
     for part, obj in parts.items():
         if obj is None or isinstance(obj, RecordingWorkerInit):
             continue

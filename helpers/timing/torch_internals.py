@@ -55,6 +55,10 @@ MultiProcessIterator = _found[3]
 #: What the DataLoader's pin thread calls on each batch.
 pin_batch = _found[4]
 
+#: How often a waiting loop checks whether its workers are alive (s): a worker that is not the loop's own
+#: child (forkserver's) sends the loop no SIGCHLD, and its death is noticed only then.
+STATUS_CHECK_INTERVAL_S = float(_private("torch.utils.data._utils", "MP_STATUS_CHECK_INTERVAL") or 5.0)
+
 PINNED_TORCH = "2.14.1"
 
 
