@@ -17,7 +17,7 @@ import os
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 #: The learner's first cell: a Dataset, a collate_fn and a worker_init_fn, defined in the notebook.
@@ -150,7 +150,6 @@ class ChildKernel:
     timeout_s: float = 120.0
     folder: str = ""
     log: str = ""
-    runs: list[CellRun] = field(default_factory=list)
     _manager: Any = None
     _client: Any = None
     _log_file: Any = None
@@ -206,7 +205,6 @@ class ChildKernel:
             new = log.read()
         run = CellRun(code, status, seconds, "".join(stream), error[0] if error else None, "".join(value),
                       new)
-        self.runs.append(run)
         return run
 
     def _drain(self, seconds: float) -> None:

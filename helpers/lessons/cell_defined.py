@@ -7,7 +7,6 @@ from __future__ import annotations
 import math
 import multiprocessing
 import re
-import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,6 +18,7 @@ from ..data import child_kernel as cells
 from ..data.child_kernel import CellRun, ChildKernel, pickled_names  # noqa: F401 (notebook 20 reads it here)
 from ..data.workers import worker_memory
 from ..timing import torch_internals
+from .startup import mean
 
 #: The start method the lesson's single runs use: Python 3.14's default on Linux.
 DEFAULT_314 = "forkserver"
@@ -61,7 +61,6 @@ class CellLesson:
     edited: dict[str, CellRun] = field(default_factory=dict)  #: after an edit, no reload: where -> run
     reloaded: dict[str, CellRun] = field(default_factory=dict)  #: after reload: old/new dataset runs
     tools: dict[tuple[str, str], CellRun] = field(default_factory=dict)  #: (tool, method) -> run
-    log: str = ""  #: the kernel's own stdout and stderr
 
     def outcome(self, run: CellRun | None) -> str:
         """"works", "fails in the kernel" (nothing started), "workers die" or "hangs"."""
@@ -111,7 +110,6 @@ def run_the_cells(methods: list[str], timeout_s: float = 120.0) -> CellLesson:
             if method != "fork":
                 for tool, call in TOOLS.items():
                     lesson.tools[tool, method] = kernel.run(f"method = {method!r}\n{call}")
-    lesson.log = kernel.log
     return lesson
 
 
@@ -273,11 +271,6 @@ def python314_rows(lesson: CellLesson, costs: Costs, index_bytes: int,
         ["a worker's own memory for the index, at its first batch", own(fork), own(new),
          "an index in a NumPy or Arrow array (12)"],
     ]
-
-
-def mean(values) -> float:
-    values = list(values)
-    return statistics.fmean(values) if values else float("nan")
 
 
 # -- the lesson's checks --------------------------------------------------------------------------------
