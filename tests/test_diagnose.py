@@ -925,6 +925,25 @@ def test_a_slow_sampler_is_named_as_the_main_process_s_share_and_precomputing_it
     assert followed.recommendation is advice and followed.as_predicted, followed.describe()
 
 
+
+def test_the_sampler_advice_keeps_the_rest_of_m_as_the_run_measured_it():
+    from types import SimpleNamespace
+
+    from diagnose_loaders import SlowSampler, Vector
+    from torch.utils.data import DataLoader
+
+    from helpers.timing.diagnosis.main_share import main_process_advice
+
+    loader = DataLoader(Vector(16), batch_size=8, sampler=SlowSampler(16, 0.0))
+    d = SimpleNamespace(sampler_s=0.0161, receive_alone_s=0.0003, storages=1, stacked=1.0, device=None)
+    # m 17.4 ms in the run, 16.1 of it the sampler's: 1.3 ms stay (receiving beside the workers, not
+    # the 0.3 ms it takes alone that own_m holds)
+    advice = main_process_advice(d, loader, 0.0167, 0.010, 0.0005, 0.0174)
+    assert advice.predicted_s == pytest.approx(0.0113)
+    # never below what receiving a batch costs alone, nor faster than the workers deliver
+    assert main_process_advice(d, loader, 0.0162, 0.010, 0.0005, 0.0162).predicted_s == pytest.approx(0.0103)
+    assert main_process_advice(d, loader, 0.0167, 0.010, 0.012, 0.0174).predicted_s == pytest.approx(0.012)
+
 # -- the outside set: loaders written the way users write them, diagnosed from the command line -------
 @pytest.fixture(scope="module")
 def outside_data(tmp_path_factory):

@@ -226,7 +226,7 @@ def recommend(d: Diagnosis, loader: DataLoader, *, device: Any = None) -> list[R
     if main_bound:
         from .main_share import main_process_advice
 
-        out.append(main_process_advice(d, loader, own_m, y, workers_pace))
+        out.append(main_process_advice(d, loader, own_m, y, workers_pace, m))
     if waiting and saturated and not main_bound:
         # The workers' computing fills the cores; the main process waits for one too (its m swells).
         if not collate_heavy:
