@@ -49,6 +49,9 @@ def checks(
     waited = (f"recommended: {', '.join(fed.knobs())}"
               + (f" ({advice})" if advice and fed.knobs() == ["none"] else "")
               + f"; after each worker's first batch the loop waited {fed.steady_wait_share:.0%}")
+    collected = getattr(fed, "steady_gc_wait_share", 0.0)
+    if collected >= 0.005:
+        waited += f", and {collected:.0%} more while the main process collected garbage (not the loader's)"
     timeline = getattr(fed, "timeline", None)
     ramp = ramp_share(timeline) if timeline is not None else None
     if fed.knobs() != ["none"] and ramp is not None and ramp > RAMP_SHARE:

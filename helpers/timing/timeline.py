@@ -235,6 +235,11 @@ class Timeline:
         """Total time the main process spent in garbage collection during the recording."""
         return sum(p.duration_s for p in self.pauses)
 
+    def gc_within_s(self, start: float, end: float) -> float:
+        """How much of ``start``–``end`` the main process spent in garbage collection (s): time the
+        loop's own process stopped, which no loader setting shortens."""
+        return sum(max(0.0, min(p.end, end) - max(p.start, start)) for p in self.pauses)
+
     def paused_intervals(self) -> int:
         """How many of :meth:`steady_intervals` contain a garbage-collection pause of at
         least 10 ms (those intervals are long for a reason that is not the data)."""

@@ -153,26 +153,31 @@ class Diagnosis:
     def wait_share(self) -> float:
         return self.timeline.wait_s() / self.timeline.wall_s if self.timeline.wall_s > 0 else 0.0
 
-    def _steady_waits(self) -> tuple[float, float]:
-        """The loop's waits (all of it, and the part for batches not yet built) after each worker's
-        first batch of each epoch. Those first batches are start-up: the workers start one after
-        another (forked in turn from the main process; under spawn each imports torch first). On a
-        slow machine the second worker's first batch alone once put a 12-step run's wait over the
-        5 % line for a loader that kept up, and the advice was to deepen the prefetch (a fresh
-        clone's run, 2026-11-28)."""
+    def _steady_waits(self) -> tuple[float, float, float]:
+        """The loop's waits after each worker's first batch of each epoch: all of it and the part for
+        batches not yet built, each less the main process's garbage collection within it, and that
+        collection. Those first batches are start-up: the workers start one after another (forked in
+        turn from the main process; under spawn each imports torch first); on a slow machine the
+        second worker's first batch alone can put a 12-step run's wait over the 5 % line for a loader
+        that keeps up. A full collection in a notebook's kernel (100–150 ms) stops the loop's own
+        process: in a 24-step run one inside a wait reads as 15–20 % of waiting on a loader that keeps up."""
+        tl = self.timeline
         seen: set[tuple[int, int]] = set()
-        waits = data_waits = 0.0
-        for b, (data, _) in zip(self.timeline.batches, main_shares(self.timeline), strict=True):
+        waits = data_waits = collected = 0.0
+        for b, (data, _) in zip(tl.batches, main_shares(tl), strict=True):
             if (b.epoch, b.worker) in seen:
-                waits += b.wait_s
-                data_waits += data
+                gc_s = tl.gc_within_s(b.wait_start, b.ready)
+                collected += gc_s
+                waits += b.wait_s - gc_s
+                data_waits += max(0.0, data - tl.gc_within_s(b.wait_start, b.wait_start + data))
             seen.add((b.epoch, b.worker))
-        return waits, data_waits
+        return waits, data_waits, collected
 
     @property
     def steady_wait_share(self) -> float:
         """The loop's waiting once each worker's first batch of the epoch was in hand, as a share
-        of the time after each epoch's first batch (start-up is judged on its own)."""
+        of the time after each epoch's first batch (start-up is judged on its own), less the main
+        process's garbage collection (:attr:`steady_gc_wait_share`)."""
         rest = self.timeline.wall_s - self.startup_s
         return self._steady_waits()[0] / rest if rest > 0 else 0.0
 
@@ -183,6 +188,14 @@ class Diagnosis:
         prefetch can shorten. The rest is m, the main process taking the batch in."""
         rest = self.timeline.wall_s - self.startup_s
         return self._steady_waits()[1] / rest if rest > 0 else 0.0
+
+    @property
+    def steady_gc_wait_share(self) -> float:
+        """The loop's waits after each worker's first batch that the main process spent collecting
+        garbage, as a share of the time after each epoch's first batch: left out of
+        :attr:`steady_wait_share` (no loader setting shortens them; ``gc.freeze()``, notebook 02, does)."""
+        rest = self.timeline.wall_s - self.startup_s
+        return self._steady_waits()[2] / rest if rest > 0 else 0.0
 
     @property
     def scale(self) -> str:
@@ -278,6 +291,10 @@ class Diagnosis:
             ["...of it waiting for a batch not yet built",
              f"{self.steady_data_wait_share:.0%} (the rest: the main process taking batches in)"],
         ]
+        if self.steady_gc_wait_share >= 0.005:
+            rows.append(["...left out: the main process collecting garbage while the loop waited",
+                         f"{self.steady_gc_wait_share:.0%} more (gc.freeze() after setup shortens it: "
+                         "notebook 02)"])
         if self.cpu_share is not None:
             each = self.cpu_each()
             most = "" if each >= 1 else f"; each fetching process could get at most {each:.0%} of a core"

@@ -340,7 +340,7 @@ def recommend(d: Diagnosis, loader: DataLoader, *, device: Any = None) -> list[R
     if not out and input_bound:
         out.append(Recommendation(
             "unexplained", "the loop waits, and no knob the lab models explains it: read the timeline "
-            "(the loop's own work between batches, garbage collection, a slow first epoch)",
+            "(the loop's own work between batches, a slow first epoch)",
             f"after each worker's first batch the loop waited {d.steady_data_wait_share:.0%} for batches not "
             f"yet built ({input_scale(d.steady_data_wait_share)}) with {workers} workers (the sizing rule "
             f"asks for {needed})"))
