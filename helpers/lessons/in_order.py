@@ -62,7 +62,7 @@ def unpaused_s(tl: Timeline, start: float, end: float) -> float:
     loop's own process stopped is not the data's. Under spawn, in the notebook's kernel, a full
     collection of 103–124 ms fell inside one wait of the out-of-order run, 3 runs in 3, and that wait
     read as long as the in-order straggler's (0.84× and 0.90× against at most 0.5×)."""
-    return (end - start) - tl.gc_within_s(start, end)
+    return (end - start) - tl.gc_pause_s(start, end)
 
 
 def data_wait_s(tl: Timeline, batch) -> float:

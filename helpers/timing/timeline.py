@@ -231,13 +231,9 @@ class Timeline:
                         spans=[s for s in self.spans if s.epoch >= first_epoch],
                         pauses=[p for p in self.pauses if p.end >= start])
 
-    def gc_pause_s(self) -> float:
-        """Total time the main process spent in garbage collection during the recording."""
-        return sum(p.duration_s for p in self.pauses)
-
-    def gc_within_s(self, start: float, end: float) -> float:
-        """How much of ``start``–``end`` the main process spent in garbage collection (s): time the
-        loop's own process stopped, which no loader setting shortens."""
+    def gc_pause_s(self, start: float = -math.inf, end: float = math.inf) -> float:
+        """Time the main process spent in garbage collection (s), from ``start`` to ``end`` (default:
+        the whole recording): the loop's own process stopped, which no loader setting shortens."""
         return sum(max(0.0, min(p.end, end) - max(p.start, start)) for p in self.pauses)
 
     def paused_intervals(self) -> int:

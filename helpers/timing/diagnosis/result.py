@@ -166,10 +166,10 @@ class Diagnosis:
         waits = data_waits = collected = 0.0
         for b, (data, _) in zip(tl.batches, main_shares(tl), strict=True):
             if (b.epoch, b.worker) in seen:
-                gc_s = tl.gc_within_s(b.wait_start, b.ready)
+                gc_s = tl.gc_pause_s(b.wait_start, b.ready)
                 collected += gc_s
                 waits += b.wait_s - gc_s
-                data_waits += max(0.0, data - tl.gc_within_s(b.wait_start, b.wait_start + data))
+                data_waits += max(0.0, data - tl.gc_pause_s(b.wait_start, b.wait_start + data))
             seen.add((b.epoch, b.worker))
         return waits, data_waits, collected
 
