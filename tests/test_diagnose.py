@@ -925,7 +925,6 @@ def test_a_slow_sampler_is_named_as_the_main_process_s_share_and_precomputing_it
     assert followed.recommendation is advice and followed.as_predicted, followed.describe()
 
 
-
 def test_the_sampler_advice_keeps_the_rest_of_m_as_the_run_measured_it():
     from types import SimpleNamespace
 
@@ -943,6 +942,7 @@ def test_the_sampler_advice_keeps_the_rest_of_m_as_the_run_measured_it():
     # never below what receiving a batch costs alone, nor faster than the workers deliver
     assert main_process_advice(d, loader, 0.0162, 0.010, 0.0005, 0.0162).predicted_s == pytest.approx(0.0103)
     assert main_process_advice(d, loader, 0.0167, 0.010, 0.012, 0.0174).predicted_s == pytest.approx(0.012)
+
 
 # -- the outside set: loaders written the way users write them, diagnosed from the command line -------
 @pytest.fixture(scope="module")
@@ -1098,6 +1098,7 @@ def test_a_full_garbage_collection_inside_a_wait_is_the_main_process_s_not_the_l
     bare = Diagnosis(stalled(False), 0.030)
     assert bare.steady_data_wait_share > 0.15 and bare.steady_gc_wait_share == 0
     assert [r.knob for r in recommend(bare, loader)] != ["none"]
+
 
 def test_a_burst_of_slow_fetches_on_one_worker_gets_a_lead_that_covers_it(quiet_machine):
     # Worker 0 (even batches) meets three bursts of four 38 ms fetches among 8 ms ones; 2 workers, a
