@@ -124,9 +124,8 @@ def _notebook(path: Path, *cells: str) -> None:
 
 
 def test_a_failed_lesson_check_or_a_crash_costs_no_page_and_the_build_fails_naming_them(tmp_path, capsys):
-    """On a slower machine a failed check once stopped the build: the later pages and the index
-    were never written. Now every page and the index are, the stopped ones are marked, and the
-    command exits 1 naming them."""
+    """A failed check (a slower machine's, say) stops no build: every page and the index are
+    written, the stopped ones are marked, and the command exits 1 naming them."""
     import handouts
 
     source, out = tmp_path / "notebooks", tmp_path / "handouts"

@@ -68,10 +68,10 @@ def test_a_worker_sampled_after_the_other_exited_does_not_set_its_peak():
 
 
 def test_a_round_in_which_a_sampled_worker_then_exits_does_not_count_as_all_alive():
-    # Inside a 1-CPU quota (make quota, 2026-11-26) the sampler was stopped 0.22 s between two
-    # workers' samples of one round; the first exited meanwhile, and the second read 8.9 MiB of its
-    # heap as its own: notebook 12's "numpy bytes within noise" failed at 8.73 MiB. Here the first
-    # child is killed right after its sample, so the round's second sample comes after its exit.
+    # Inside a 1-CPU quota the sampler can be stopped between two workers' samples of one round
+    # (0.22 s is possible). If the first worker exits meanwhile, the second can read its heap (8.9 MiB)
+    # as its own, and notebook 12's "numpy bytes within noise" fails. Here the first child is killed
+    # right after its sample, so the round's second sample comes after its exit.
     import subprocess
     import sys
 

@@ -105,7 +105,7 @@ def _advice(d, knob):
 
 
 def test_no_step_times_the_loader_alone_and_derives_no_worker_count():
-    # The documented command without --step-ms once advised num_workers=77869 from a ~1 µs replay.
+    # Without --step-ms a replay's step is ~1 µs; a worker count derived from it would be absurd (77869).
     loader = DataLoader(helpers.WorkDataset(64, item_wait_s=0.004), batch_size=4, num_workers=1)
     d = _diagnose(loader, steps=12)
     assert d.knobs() == ["step"] and d.replay_step_s is None, str(d)
@@ -150,7 +150,7 @@ def test_workers_whose_fetches_compute_part_of_the_time_are_capped_where_the_cor
     # 60 ms of waiting per batch against a 10 ms step: the rule asks for 5 or 6 workers. A fetch that
     # computes 45 % of its time (under the CPU_BOUND line, so "waiting") still wants 0.45 of a core while
     # it runs: on two cores 4 such fetches at once fill them, and a fifth and sixth would wait for a core
-    # (once advised: 6 workers, 2.7 cores' worth, and a prediction that assumed they all ran at once).
+    # (not 6 workers, 2.7 cores' worth, with a prediction that assumes they all run at once).
     from helpers.timing.diagnosis.result import Diagnosis
     from helpers.timing.diagnosis.rules import recommend
 
@@ -172,9 +172,9 @@ def test_cpu_bound_workers_that_fill_the_cores_get_the_sample_cost_not_more_work
     loader = DataLoader(helpers.WorkDataset(96, item_cpu_s=0.008), batch_size=4, num_workers=2)
     d = _diagnose(loader, 0.005, steps=16)
     assert "sample_cost" in d.knobs() and "num_workers" not in d.knobs(), str(d)
-    # CI's run on a slower machine: the main process's own share read 1.8 ms against a 5.1 ms step
-    # (over MAIN_SHARE) while the workers needed 18.8 ms per batch between them. Replayed here with
-    # such an own share: the workers stay the bound, and the advice stays the sample's cost.
+    # On a slower machine the main process's own share can read 1.8 ms against a 5.1 ms step (over
+    # MAIN_SHARE) while the workers need 18.8 ms per batch between them. Replayed here with such an
+    # own share: the workers stay the bound, and the advice stays the sample's cost.
     from helpers.timing.diagnosis.result import Diagnosis
     from helpers.timing.diagnosis.rules import MAIN_SHARE, recommend
 
@@ -267,9 +267,9 @@ def test_the_main_process_share_is_named_as_a_bound_more_workers_cannot_lift():
     from diagnose_loaders import ManyTensors
 
     # freeze_gc: a worker's first full garbage collection walks every object it inherited (~90 ms
-    # beside 6 ms fetches here) and, in a run this short, lifted the mean fetch above the loop's pace
-    # (24 ms, median 7: `num_workers`, in 2 of 3 fresh clones, whenever the pytest process had imported
-    # less); the pause is notebook 02's subject, not this test's.
+    # beside 6 ms fetches here) and, in a run this short, can lift the mean fetch above the loop's pace
+    # (24 ms, median 7: `num_workers`, whenever the pytest process has imported less); the pause is
+    # notebook 02's subject, not this test's.
     loader = DataLoader(ManyTensors(512, parts=64), batch_size=32, num_workers=2,
                         worker_init_fn=helpers.freeze_gc)
     d = _diagnose(loader, 0.002, steps=32)
@@ -331,9 +331,9 @@ def _waiting_diagnosis(monkeypatch, loader, step_s, steps):
 
 
 def test_fetches_that_vary_within_the_queues_lead_get_no_deeper_prefetch(quiet_machine, monkeypatch):
-    # CI (2026-11-28) advised prefetch_factor for 2 workers whose fetches took a median 1.0 ms, a 90th
-    # percentile 2.1 ms, against a 20 ms step: the loop had waited past the 5 % line for a reason of the
-    # machine's own, and the fetches "varied". A batch's index is sent workers × prefetch_factor steps
+    # 2 workers whose fetches take a median 1.0 ms, a 90th percentile 2.1 ms, against a 20 ms step: when
+    # the loop waits past the 5 % line for a reason of the machine's own, the fetches "vary", yet a
+    # deeper prefetch is no cure. A batch's index is sent workers × prefetch_factor steps
     # before the loop asks for it, 4 steps (about 85 ms) here: a 2 ms fetch is hidden. A 100 ms one is
     # not, and 3 deep covers it (⌈100 / (2 × 21)⌉). The slow ones are each worker's third and fifth,
     # sent in the steady state (the first two per worker are sent by iter() itself: start-up).
@@ -408,7 +408,7 @@ def test_loaders_of_every_kind_get_the_advice_a_careful_engineer_would_give(quie
         d = _diagnose(loader, step_s, steps=12)
         # A loader that keeps up gets no knob. Where the machine itself stalls the loop for batches not
         # yet built past the 10 % line (a slower, busier one), "unexplained" (read the timeline) is the
-        # careful answer too; a knob is not (CI, 2026-11-28: a deeper prefetch, fixed in the rules).
+        # careful answer too; a knob (a deeper prefetch, say) is not.
         expected = [knobs, ["unexplained"]] if knobs == ["none"] else [knobs]
         assert d.knobs() in expected and d.steps == 12, (name, str(d))
         if knobs == ["num_workers"]:

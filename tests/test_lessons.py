@@ -922,9 +922,9 @@ def test_device_prefetch_checks_report_a_quota_too_small_for_the_thread_as_a_pre
 
 def test_device_prefetch_premise_counts_the_loop_s_own_cpu():
     # Inside a quota a little under one CPU (0.95): the transform alone needs 0.80 of it, under the 0.9 ×
-    # 0.95 = 0.855 the check leaves itself, so it was judged, and went red (26.8 against 22.2 ± 4.4 ms).
-    # The loop spends CPU of its own on every batch too: with 2 ms of it the run needs 0.90 CPU, and the
-    # claim is set aside; with 0.5 ms (0.825 CPU) it is still judged.
+    # 0.95 = 0.855 the check leaves itself; judged on the transform alone, it can go red (26.8 against
+    # 22.2 ± 4.4 ms). The loop spends CPU of its own on every batch too: with 2 ms of it the run needs
+    # 0.90 CPU, and the claim is set aside; with 0.5 ms (0.825 CPU) it is still judged.
     from helpers.lessons import device_prefetch
 
     host, bound, transform_s, gpu = host_case(threaded_extra=0.006)
@@ -1325,10 +1325,10 @@ def _one_worker_alone(tl, waits_s, *, at_start, worker=1):
 def test_in_order_tails_are_compared_once_every_worker_is_up():
     from helpers.lessons import in_order
 
-    # make test from a fresh clone inside 1 CPU (a machine whose loop took 0.72-0.94 s): out of order
-    # the group was stopped 0.3-0.6 s before the first batch, and while three of the four workers were
-    # still starting the loop waited 54-58 ms for batches the fourth built alone. Compared from batch 1,
-    # the longest wait read 0.58x the in-order straggler's and the p99 0.59x (at most 0.5x: red).
+    # Inside 1 CPU (a machine whose loop takes 0.72-0.94 s), out of order, the group can be stopped
+    # 0.3-0.6 s before the first batch; while three of the four workers are still starting, the loop
+    # waits 54-58 ms for batches the fourth builds alone. Compared from batch 1, the longest wait then
+    # reads 0.58x the in-order straggler's and the p99 0.59x (at most 0.5x: red).
     runs = straggler_runs()
     runs[False] = _one_worker_alone(runs[False], [0.07] * 5, at_start=True)
     checks = in_order.checks(runs, 0.01)
@@ -1614,9 +1614,9 @@ def test_capstone_checks_fail_when_the_chain_does_not_behave_as_the_model_says()
 def test_capstone_sets_pinning_aside_where_no_batch_was_pinned():
     from helpers.lessons import capstone
 
-    # make test from a fresh clone inside 1 CPU, a slower machine: "+ pin_memory: not slower than the
-    # stage before" read 0.77x. On a CPU PyTorch pins nothing (pin_memory and an accelerator): the two
-    # stages ran the same loader, and the ratio was the run's noise. A GPU run (batches pinned) is judged.
+    # Inside 1 CPU on a slower machine, "+ pin_memory: not slower than the stage before" can read 0.77x.
+    # On a CPU PyTorch pins nothing (pin_memory and an accelerator): the two stages run the same loader,
+    # and the ratio is the run's noise. A GPU run (batches pinned) is judged.
     walls = (4.7, 3.2, 4.2, 3.1, 3.05, 2.95)
     claim = "+ pin_memory: not slower than the stage before (by more than 20 %)"
     cpu = next(c for c in capstone.checks(*capstone_case(walls=walls, pinned=False), modelled_step=True)
@@ -1991,9 +1991,9 @@ def test_images_checks_fail_when_decoding_does_not_scale_or_scales_past_the_core
 
 
 def test_images_beyond_the_cores_is_judged_at_one_cpu_speed():
-    # The rates a red run here measured (2 workers 826 images/s, 3 workers 1007: 1.22x; it measured no CPU
-    # per image), with CPU per image made up within what ten sweeps read (1.93-2.52 ms) and moving with the
-    # machine's speed: at one speed the third worker added nothing. The same rates at the same CPU per
+    # Rates a sub-second run can read on a machine whose speed changes (2 workers 826 images/s, 3 workers
+    # 1007: 1.22x), with CPU per image made up within what ten sweeps read (1.93-2.52 ms) and moving with
+    # the machine's speed: at one speed the third worker added nothing. The same rates at the same CPU per
     # image are a third worker that really added decoding: red.
     from helpers.lessons import images
 
@@ -2193,18 +2193,18 @@ def test_resume_out_of_order_check_fails_when_the_damage_is_not_overtaking():
 
 
 def test_resume_out_of_order_check_holds_when_a_slow_moment_makes_two_batches_overtake():
-    # A fresh clone measured 16 repeats and 16 missing (which batches, the check did not print then): two
-    # batches after the checkpoint counted in it and trained again, the two they overtook never trained.
+    # 16 repeats and 16 missing: two batches after the checkpoint counted in it and trained again, and
+    # the two they overtook never trained.
     claim = _out_of_order_claim(range(80, 96), range(64, 80))
     assert claim.passed is True, claim
     assert "trained twice: batch 10, 11, never: batch 8, 9" in claim.measured
 
 
 def test_resume_out_of_order_premise_fails_when_the_resumed_run_delivered_out_of_order_too():
-    # A fresh clone inside 1 CPU (2026-11-28): batch 8 trained twice and batch 9 never, which the planted
-    # cold batch 9 cannot make alone. The resumed run had skipped batches 0-7, 9 and 10 as its first ten
-    # (a worker stopped by the quota) and trained 8 and 11 onwards. Judged as overtaking in the first run,
-    # the check failed; it says instead that its premise, an in-order resumed run, failed.
+    # Inside 1 CPU, batch 8 can train twice and batch 9 never, which the planted cold batch 9 cannot make
+    # alone: the resumed run skips batches 0-7, 9 and 10 as its first ten (a worker stopped by the
+    # quota) and trains 8 and 11 onwards. Judged as overtaking in the first run, the check would fail;
+    # it says instead that its premise, an in-order resumed run, failed.
     resumed = [*range(64, 72), *range(88, 256)]
     claim = _out_of_order_claim(range(64, 72), range(72, 80), resumed)
     assert claim.passed is None and "skipped batches 0-7, 9, 10" in claim.premise, claim

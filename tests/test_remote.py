@@ -258,7 +258,7 @@ def test_local_cache_serves_the_second_epoch(store, keys, tmp_path):
 
 
 def test_epoch_rate_leaves_the_last_workers_start_out():
-    # 13's cached second epoch under spawn (a red run: 195 -> 260 samples/s, "at least 2x" failed):
+    # 13's cached second epoch under spawn (195 -> 260 samples/s would fail "at least 2x"):
     # worker 0's first batch at 0 s, worker 1's 0.3 s later (it started later), then the four
     # batches they had ready, one per 5 ms step. Counted from the first batch, the rate is
     # 5 x 32 / 0.32 s = 500/s, worker 1's late start; once both deliver, 4 x 32 / 0.02 s.

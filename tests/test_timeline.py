@@ -498,8 +498,8 @@ def test_the_median_epoch_leaves_out_one_stalled_epoch():
 
 
 def test_record_fastest_interleaves_the_rounds_and_keeps_the_faster_run():
-    # 19's smoke runs last under a second: one slow moment of the machine failed two of its checks
-    # in a fresh clone (5 workers 30.9 ms per batch against 22.4). The faster of two runs is kept.
+    # 19's smoke runs last under a second: one slow moment of the machine can fail two of its checks
+    # (5 workers 30.9 ms per batch against 22.4). The faster of two runs is kept.
     from types import SimpleNamespace
 
     def timeline(per_batch_s, tag):

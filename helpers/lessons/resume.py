@@ -72,8 +72,8 @@ def _resumed_out_of_order(skip: Any, batch_size: int) -> str:
     """Why the check cannot judge the planted overtaking, or "": the resumed run, which skips by
     count whatever it delivers first, delivered its own first batches out of order (a worker
     stalled: inside a CPU quota, or on a busy machine). It then trains an unbroken run of batches
-    to the epoch's end only if it skipped exactly the batches before that run (one fresh clone
-    inside 1 CPU: it skipped 0-7, 9 and 10, then trained 8 and 11 onwards)."""
+    to the epoch's end only if it skipped exactly the batches before that run (inside 1 CPU it can
+    skip 0-7, 9 and 10, then train 8 and 11 onwards)."""
     batches = [skip.resumed[k] // batch_size for k in range(0, len(skip.resumed), batch_size)]
     if not batches or set(batches) == set(range(min(batches), max(batches) + 1)):
         return ""

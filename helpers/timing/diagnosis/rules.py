@@ -273,9 +273,9 @@ def recommend(d: Diagnosis, loader: DataLoader, *, device: Any = None) -> list[R
         # a worker's fetches, slow ones among them, take longer on average than its turn comes round
         # (every `workers` steps). The lead: a batch's index is sent when the batch workers ×
         # prefetch_factor places before it is handed to the loop (_process_data → _try_put_index),
-        # that many steps before the loop asks for it. Otherwise they are hidden already: CI
-        # (2026-11-28) read a 2.1 ms 90th percentile against 80 ms of lead, beside a wait of the
-        # machine's own, as spread and advised a deeper prefetch.
+        # that many steps before the loop asks for it. Otherwise they are hidden already: a 2.1 ms
+        # 90th percentile against 80 ms of lead is a spread, but a deeper prefetch would not shorten a
+        # wait of the machine's own beside it (tests/test_diagnose.py).
         depth = loader.prefetch_factor or 2
         outlasts = p90 > workers * depth * loop_s
         behind = _slowest_worker_mean(tl) > workers * loop_s
