@@ -125,7 +125,10 @@ _ORDINAL = (r"(?:\d+(?:st|nd|rd|th)|first|second|third|fourth|fifth|sixth|sevent
 #: Run logs and history: which session, round or clone found what, and when.
 HISTORY = re.compile(
     rf"(?i)\b(?:(?:this|last|next|previous|earlier|later) sessions?\b|{_ORDINAL} sessions?\b|"
-    r"\bsessions\b|RUNS\.md|\bfc\d{3}\b|fresh clone's|found by `make|\bthis stop\b|closing note)")
+    r"\bsessions\b|RUNS\.md|\bfc\d{3}\b|fresh clone's|\bfresh clones\b|fresh clone (?:measured|inside)|"
+    r"(?:in a|one) fresh clone\b|found by `make|\bthis stop\b|closing note|\bred run\b|\bwent red\b|"
+    r"\bCI's run\b|\bCI \(\d{4}-)|"
+    r"\((?:CI|make \w+)\b[^)]{0,30}\d{4}-\d\d-\d\d")
 
 
 def history_lines(text: str) -> list[str]:
@@ -137,12 +140,19 @@ def test_the_history_finder_finds_run_logs():
     for line in [f"# make quota QUOTA=0.5, the twelfth {word}: 126.9 ms", "see RUNS.md, \"12's worker\"",
                  "fc191: fresh clone make test", f"715–782 s in the twenty-fourth {word}",
                  f"this {word}'s runs",
-                 "(found by `make stress`)", "a fresh clone's dict loader: 57 %"]:
+                 "(found by `make stress`)", "a fresh clone's dict loader: 57 %",
+                 "CI (2026-11-28) advised it", "inside a 1-CPU quota (make quota, 2026-11-26)",
+                 "a red run: 195 -> 260", "so it went red", "in 2 of 3 fresh clones",
+                 "A fresh clone measured 16 repeats", "CI's run on a slower machine",
+                 "in a fresh clone (5 workers"]:
         assert history_lines(line) == [line], line
     for line in ["start_new_session=True", "a round trip per request",
                  "the sampling round (every process once)",
                  "the parent's default boto3 session", "the second 3 hours", "the first round is left out",
-                 "a session of its own (POSIX)"]:
+                 "a session of its own (POSIX)", "# CI: a fresh clone, 2 cores, no GPU.",
+                 "| `make test` from a fresh clone | 1129 s | 2026-12-02 |",
+                 "measured on 2026-11-26 on one GPU",
+                 "a fresh clone sorts differently", "(measured 2026-11-28)"]:
         assert history_lines(line) == [], line
 
 
