@@ -73,9 +73,9 @@ def checks(
         what = f"{rates[cores]:.0f} → {rates[beyond]:.0f}"
         if at_one_speed:
             # The machine's speed can change between two sub-second runs (a virtual machine beside busy
-            # neighbours: 826 → 1007 images/s, 1.22×, can be a change of speed); the workers' CPU per
-            # image moves with it. images/s × CPU per image is the cores' worth of decoding, whatever
-            # the speed.
+            # neighbours), enough to read 826 → 1007 images/s (1.22×) for a worker that adds nothing; the
+            # workers' CPU per image moves with it. images/s × CPU per image is the cores' worth of
+            # decoding, whatever the speed.
             what = (f"{what} images/s, {ratio:.2f}× as measured; CPU per image {cpu[cores] * 1e3:.2f} → "
                     f"{cpu[beyond] * 1e3:.2f} ms")
             ratio *= cpu[beyond] / cpu[cores]
