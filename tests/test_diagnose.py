@@ -356,17 +356,19 @@ def test_fetches_that_vary_within_the_queues_lead_get_no_deeper_prefetch(quiet_m
 
 def test_a_worker_behind_its_turn_gets_in_order_false_though_no_fetch_outlasts_the_lead(quiet_machine,
                                                                                        monkeypatch):
-    # 4 workers, a 15 ms step: worker 0 takes 70 ms a batch, the others 16 ms. No fetch outlasts the
-    # lead (4 × 2 steps, about 130 ms), but worker 0's turn comes every 4 steps (about 65 ms) and each of
-    # its batches takes longer: in order, the loop waits behind it however deep the queue.
+    # 4 workers, a 15 ms step: worker 0's turn comes every 4 steps (4 × (y + m), about 65 ms; more on a
+    # slower machine, whose m is larger), the lead every 8. Worker 0 takes 1.25 turns a batch, the others
+    # 16 ms: no fetch outlasts the lead, but each of its batches takes longer than its turn. In order,
+    # the loop waits behind it however deep the queue.
     from helpers.timing.diagnosis.rules import recommend
 
     loader = DataLoader(helpers.WorkDataset(96), batch_size=1, num_workers=4)
     d = _waiting_diagnosis(monkeypatch, loader, 0.015, 24)
-    _with_fetches(d, lambda worker, k: 0.070 if worker == 0 else 0.016)
+    turn = 4 * (d.replay_step_s + d.main_s)  # as the rules read it: workers × (y + m)
+    _with_fetches(d, lambda worker, k: 1.25 * turn if worker == 0 else 0.016)
     assert [r.knob for r in recommend(d, loader)] == ["in_order"], str(d)
-    # the same worker within its turn (55 ms): hidden, no knob
-    _with_fetches(d, lambda worker, k: 0.055 if worker == 0 else 0.016)
+    # the same worker within its turn (0.85 of it): hidden, no knob
+    _with_fetches(d, lambda worker, k: 0.85 * turn if worker == 0 else 0.016)
     assert [r.knob for r in recommend(d, loader)] == ["none"], str(d)
 
 
