@@ -208,8 +208,8 @@ def recommend(d: Diagnosis, loader: DataLoader, *, device: Any = None) -> list[R
     own_m = m if d.receive_alone_s is None else min(m, d.receive_alone_s + max(m - parts[
         "receive (unpickle in the main process)"], 0.0))
     # It bounds the loop only where the workers could keep its pace: workers slower than y + m are
-    # the bound, and a smaller m gains nothing (CI, two CPU-bound workers on two cores: 1.8 ms of
-    # own m against a 5.1 ms step read 26 %, with the workers needing 18.8 ms per batch).
+    # the bound, and a smaller m gains nothing (two CPU-bound workers on two cores: 1.8 ms of own m
+    # against a 5.1 ms step reads 26 %, while the workers need 18.8 ms per batch).
     main_bound = (waiting and own_m >= 0.001 and own_m >= MAIN_SHARE * (y + own_m)
                   and workers_pace < y + own_m)
     # A collate_fn that is most of the fetch is the cost to cut when the loop waits for the workers,
