@@ -297,7 +297,7 @@ def loader_failure(error: BaseException, loader: DataLoader) -> str | None:
     strategy = mp.get_sharing_strategy()
     if ("Too many open files" in text or "received 0 items of ancdata" in text
             or getattr(error, "errno", None) == errno.EMFILE):
-        from helpers.timing.diagnosis.run import spare_descriptors
+        from helpers.timing.diagnosis.batches import spare_descriptors
 
         spare = spare_descriptors()
         return (

@@ -26,6 +26,8 @@ speed limit of the loop), and reports:
 ``verify=True`` then follows the advice: it applies the first recommendation that is a
 ``DataLoader`` setting to a copy of the loader, runs again, reports the measured time per step
 (once every worker is up) beside the prediction (and the noise of the measurement), then the next one.
+A run after that came out slower than predicted is recorded once more and the faster kept: whatever
+else the machine does only ever slows a run down.
 
 One picture (:meth:`Diagnosis.plot`), one table (:meth:`Diagnosis.table`), one Perfetto trace
 (:meth:`Diagnosis.trace`). From a terminal, for a script outside Jupyter::
@@ -35,7 +37,8 @@ One picture (:meth:`Diagnosis.plot`), one table (:meth:`Diagnosis.table`), one P
 :func:`helpers.timing.trace.profile` records the same run under ``torch.profiler``.
 
 ``rules`` (the scale, thresholds, :func:`recommend`), ``result`` (:class:`Diagnosis`,
-:class:`Followed`), ``run`` (:func:`diagnose`, :func:`with_changes`). The mystery loaders of
+:class:`Followed`), ``run`` (:func:`diagnose`, :func:`with_changes`), ``batches`` (what it reads from a
+batch). The mystery loaders of
 notebook 16 are a workload: :mod:`helpers.data.mysteries`.
 """
 

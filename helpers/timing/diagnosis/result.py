@@ -53,6 +53,9 @@ class Followed:
     #: per-step costs the model leaves out: the hand-over, the recorder), at most 10 % of the
     #: prediction; 0 for whole-run measures
     model_gap_s: float = 0.0
+    #: the slower of two runs after, when the first came out slower than predicted and was recorded
+    #: again (the faster is ``after``); None: measured once
+    slower_run_s: float | None = None
 
     @property
     def predicted_s(self) -> float:
@@ -82,9 +85,11 @@ class Followed:
         gap = (f" (with the {self.model_gap_s * 1e3:.1f} ms a step the model missed before the change)"
                if self.model_gap_s > 0 else "")
         when = " once every worker was up" if r.measure == "steady" else ", start-up included"
+        twice = ("" if self.slower_run_s is None else
+                 f"; the faster of two runs after (the other {self.slower_run_s * 1e3:.1f} ms)")
         return (f"{r.knob}: {self.before_s * 1e3:.1f} → {self.after_s * 1e3:.1f} ms per step{when} "
                 f"({self.before_s / self.after_s:.2f}×); predicted {self.predicted_s * 1e3:.1f} ms "
-                f"± {self.tolerance_s * 1e3:.1f}{gap}: {verdict}")
+                f"± {self.tolerance_s * 1e3:.1f}{gap}{twice}: {verdict}")
 
 
 @dataclass(repr=False)
