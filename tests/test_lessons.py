@@ -2269,8 +2269,8 @@ def test_diagnosis_follow_check_fails_when_the_advice_does_not_deliver_its_predi
 
 
 def test_the_follow_check_allows_the_model_s_own_miss_measured_before_the_change():
-    # fresh-clone make test on the slower kind: 69.1 -> 25.0 ms against a predicted 21.6 ± 3.2. The model
-    # missed loader A by 1.2 ms a step before the change too (67.7 against 66.5 ms), in every run.
+    # On a slower machine of this kind loader A can measure 69.1 -> 25.0 ms against a predicted 21.6 ± 3.2
+    # while the model missed it by 1.2 ms a step before the change too (67.7 against 66.5 ms).
     from types import SimpleNamespace
 
     from helpers.timing.diagnosis.run import _model_gap

@@ -127,7 +127,7 @@ HISTORY = re.compile(
     rf"(?i)\b(?:(?:this|last|next|previous|earlier|later) sessions?\b|{_ORDINAL} sessions?\b|"
     r"\bsessions\b|RUNS\.md|\bfc\d{3}\b|fresh clone's|\bfresh clones\b|fresh clone (?:measured|inside)|"
     r"(?:in a|one) fresh clone\b|found by `make|\bthis stop\b|closing note|\bred run\b|\bwent red\b|"
-    r"\bCI's run\b|\bCI \(\d{4}-)|"
+    r"\bCI's run\b|\bCI \(\d{4}-|\bfresh-clone\b)|"
     r"\((?:CI|make \w+)\b[^)]{0,30}\d{4}-\d\d-\d\d")
 
 
@@ -144,7 +144,7 @@ def test_the_history_finder_finds_run_logs():
                  "CI (2026-11-28) advised it", "inside a 1-CPU quota (make quota, 2026-11-26)",
                  "a red run: 195 -> 260", "so it went red", "in 2 of 3 fresh clones",
                  "A fresh clone measured 16 repeats", "CI's run on a slower machine",
-                 "in a fresh clone (5 workers"]:
+                 "in a fresh clone (5 workers", "# fresh-clone make test on the slower kind: 69.1 ms"]:
         assert history_lines(line) == [line], line
     for line in ["start_new_session=True", "a round trip per request",
                  "the sampling round (every process once)",

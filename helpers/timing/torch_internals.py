@@ -82,9 +82,9 @@ def shutdown_workers(iterator: Any) -> None:
     """Stop an iterator's workers now (what the DataLoader does at the end of an epoch
     without persistent workers, and when the iterator is garbage-collected).
 
-    A worker that dies *while exiting* (seen once in a fresh-clone run of notebook 05: a
-    worker aborted with "terminate called without an active exception" during
-    ``_shutdown_workers``, and PyTorch's SIGCHLD handler raised in the main process) did its
+    A worker that dies *while exiting* (one that aborts with "terminate called without an active
+    exception" during ``_shutdown_workers``, notebook 05, so that PyTorch's SIGCHLD handler
+    raises in the main process) did its
     work already: that is reported as a :class:`WorkerDiedAtShutdown` warning, with PyTorch's
     message, instead of failing the measurement it followed. Errors before shutdown still raise.
     """
