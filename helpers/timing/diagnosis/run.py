@@ -245,26 +245,24 @@ def follow_advice(loader: DataLoader, step: Callable[[Any], Any] | None, d: Diag
         changed = with_changes(current[0], **following.change)
         label = f"after {_describe_change(following.change)}" if progress else False
         before_s, before_noise = _mean_and_noise(current[1], following.measure)
-        followed, slower = None, None
+        gap = _model_gap(current[0], current[1], before_s, following)
         # whatever else the machine does only ever slows a run down (record_fastest): a run after that
         # came out slower than predicted is recorded once more, and the faster of the two kept
-        for again in (False, True):
+        runs: list[Followed] = []
+        for again in ("", ", again"):
             after = diagnose(changed, step, steps=steps, device=device, replay=replay, verify=False,
-                             progress=label and label + (", again" if again else ""))
+                             progress=label and label + again)
             after_s, after_noise = _mean_and_noise(after, following.measure)
             # a run's prediction carries one start-up of the run before, its measurement one of its
             # own: two draws of the spread measured before (the run after has one start-up, no spread)
             noise = (math.sqrt(2) * before_noise if following.measure == "run"
                      else math.hypot(before_noise, after_noise))
-            kept = Followed(following, before_s, after_s, noise, after,
-                            _model_gap(current[0], current[1], before_s, following))
-            if followed is not None:
-                slower = max(followed.after_s, kept.after_s)
-                kept = min(followed, kept, key=lambda f: f.after_s)
-            followed = kept
-            if again or followed.after_s - followed.predicted_s <= followed.tolerance_s:
+            runs.append(Followed(following, before_s, after_s, noise, after, gap))
+            if runs[0].after_s - runs[0].predicted_s <= runs[0].tolerance_s:
                 break
-        followed.slower_run_s = slower
+        followed = min(runs, key=lambda f: f.after_s)
+        if len(runs) == 2:
+            followed.slower_run_s = max(f.after_s for f in runs)
         d.followed.append(followed)
         current = (changed, followed.after)
 
