@@ -154,6 +154,7 @@ from .timing.diagnosis.result import Diagnosis
 from .timing.diagnosis.rules import Recommendation
 from .timing.diagnosis.run import diagnose
 from .timing.hooks import MAIN_PROCESS
+from .timing.plain import measure_n_y_m, wait_share
 from .timing.recorder import record, record_fastest
 from .timing.report import Table, progress, table
 from .timing.settings import HAS_IN_ORDER, LoaderSettings
@@ -259,7 +260,7 @@ __all__ = [
     "config", "failures", "lessons", "pauses", "startup", "torch_internals", "diagnosis", "theory",
     "transfer",
     "MAIN_PROCESS", "HAS_IN_ORDER", "BatchRecord", "EpochRecord", "Pause", "Span", "Timeline", "record",
-    "record_fastest",
+    "record_fastest", "measure_n_y_m", "wait_share",
     "LoaderSettings", "Table", "progress", "table",
     "available_cores", "cache_dir", "cpu_limits", "effective_cores", "is_smoke", "results_dir", "seconds",
     "sized", "start_method",

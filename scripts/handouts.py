@@ -14,8 +14,8 @@ error, a cell past ``--timeout``, a kernel that dies — costs no page: every pa
 are written, the page gets a banner at its top (what stopped it: a failed check names its
 claims and what was measured; a link to the cell, which shows the error) over the outputs up
 to that cell, its row in the index is marked, and the command exits 1 at the end naming each
-such notebook. The wall time of each run is written to ``handouts/run_times.json``
-(``scripts/run_times.py`` records it beside the notebooks).
+such notebook. The wall time of each run, and the measured answer of each of its votes, are written
+to ``handouts/run_times.json`` (``scripts/run_times.py`` records them beside the notebooks).
 
     python scripts/handouts.py                  # every notebook, full size
     python scripts/handouts.py --quick 03 06    # smoke sizes (DLLAB_SMOKE=1), two notebooks
@@ -283,6 +283,20 @@ def build_page(path: Path, quick: bool, timeout: int, local_static: bool) -> tup
     return mark_stopped(page, stop), seconds, stop
 
 
+def answers(stem: str) -> dict[str, dict]:
+    """The measured answer of each vote the run saved (``results/<notebook>.json``): its value, unit and
+    the closest choice. ``scripts/run_times.py`` keeps them beside the run times, for INSTRUCTORS.md."""
+    from helpers.config import results_dir
+
+    path = results_dir() / f"{stem}.json"
+    if not path.exists():
+        return {}
+    saved = json.loads(path.read_text()).get("results", {})
+    return {key: {"measured": value["measured"], "unit": value.get("unit", ""), "closest": value["closest"]}
+            for key, value in saved.items()
+            if isinstance(value, dict) and {"question", "measured", "closest"} <= set(value)}
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("notebooks", nargs="*", help="numbers (03) or names; every notebook when none")
@@ -309,8 +323,9 @@ def main(argv: list[str]) -> int:
         page, seconds, stop = build_page(path, args.quick, args.timeout, local_static)
         (args.out / f"{path.stem}.html").write_text(page)
         built[path.stem] = seconds
-        if stop is None:  # a run that stopped early is no run time to state
+        if stop is None:  # a run that stopped early is no run time to state, and no answer
             times.setdefault(path.stem, {})[mode] = round(seconds, 1)
+            times[path.stem][f"answers_{mode}"] = answers(path.stem)
             times_path.write_text(json.dumps(times, indent=2, sort_keys=True) + "\n")
             print(f"  {path.stem}.html written; the run took {seconds:.0f} s", flush=True)
         else:

@@ -15,14 +15,19 @@ import json
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from run_times import format_s  # noqa: E402  (one way to write a run time, everywhere)
+
 ROOT = Path(__file__).resolve().parent.parent
 START, END = "<!-- notebooks:start -->", "<!-- notebooks:end -->"
 
 
 GUIDE_START, GUIDE_END = "<!-- run-times:start -->", "<!-- run-times:end -->"
 CORE_START, CORE_END = "<!-- core-path:start -->", "<!-- core-path:end -->"
-#: The core path: the notebooks a learner with an idle GPU, or a two-hour class, works through.
-CORE = ["00b", "01", "02", "03", "05", "06", "07", "16"]
+#: The core path, after notebook 00: the notebooks a learner works through in order (the class).
+CORE = ["01", "02", "03", "05", "06", "07", "16"]
+#: The class that follows the core path, in minutes of teaching (INSTRUCTORS.md's first page).
+CLASS_MINUTES = 90
 
 
 def _notebooks(root: Path) -> list[tuple[Path, str, dict]]:
@@ -40,7 +45,7 @@ def _notebooks(root: Path) -> list[tuple[Path, str, dict]]:
 
 def _run_time(meta: dict) -> str:
     times = meta.get("run_time_s")
-    return f"{times['full']:.0f} s · {times['quick']:.0f} s" if times else "not measured"
+    return f"{format_s(times['full'])} · {format_s(times['quick'])}" if times else "not measured"
 
 
 def table(root: Path = ROOT) -> str:
@@ -52,10 +57,6 @@ def table(root: Path = ROOT) -> str:
     return "\n".join(rows)
 
 
-def _minutes(seconds: float) -> str:
-    return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
-
-
 def core_path(root: Path = ROOT) -> str:
     """The core path as links, with its measured Run All time in both modes (summed)."""
     found = {path.name.split("_")[0]: (path, meta) for path, _, meta in _notebooks(root)}
@@ -64,17 +65,18 @@ def core_path(root: Path = ROOT) -> str:
     if not all(times):
         return f"**The core path:** {links}."
     full, quick = sum(t["full"] for t in times), sum(t["quick"] for t in times)
-    return (f"**The core path:** {links}. Running every cell takes {_minutes(full)} at full size and "
-            f"{_minutes(quick)} in quick mode (measured: {times[0]['machine']}). With reading, voting and "
-            "the exercises, plan about two hours.")
+    return (f"**The core path:** {links}. Running every cell takes {format_s(full)} at full size and "
+            f"{format_s(quick)} in quick mode (measured on {times[0]['machine']}). In class, with reading "
+            f"and voting, it is a {CLASS_MINUTES}-minute session: "
+            "[INSTRUCTORS.md](INSTRUCTORS.md#the-90-minute-class) has the plan.")
 
 
 def guide_table(root: Path = ROOT) -> str:
     rows = ["| notebook | full size | quick mode (`QUICK=1`) | measured on |", "|---|---|---|---|"]
     for path, heading, meta in _notebooks(root):
         times = meta.get("run_time_s") or {}
-        full = f"{times['full']:.0f} s" if times else "not measured"
-        quick = f"{times['quick']:.0f} s" if times else "not measured"
+        full = format_s(times["full"]) if times else "not measured"
+        quick = format_s(times["quick"]) if times else "not measured"
         rows.append(f"| [{heading}](notebooks/{path.name}) | {full} | {quick} | {times.get('machine', '')} |")
     return "\n".join(rows)
 

@@ -1,11 +1,12 @@
 """Each notebook's run time, measured, in both modes: kept in the notebook and shown to readers.
 
 ``make handouts`` (full size) and ``make handouts QUICK=1`` time every notebook's run in a
-fresh kernel and write ``handouts/run_times.json``. ``--write`` copies those measurements
-into each notebook's metadata (``dataloader_lab.run_time_s``, with the machine) and into the
-line under the title (first cell) that starts with ``*Run time``; the README's table and INSTRUCTORS.md
-read them from there. ``--check`` exits 1 when a notebook has no measured times or its line
-disagrees with its metadata (a test runs it).
+fresh kernel and write ``handouts/run_times.json``, with the measured answer of each vote. ``--write``
+copies those measurements into each measured notebook's metadata (``dataloader_lab.run_time_s``, with
+the machine, and ``dataloader_lab.answers``) and writes every notebook's line under its title (first
+cell) that starts with ``*Run time``; ``--lines`` writes only the lines. The README's table and
+INSTRUCTORS.md read the figures from the metadata. ``--check`` exits 1 when a notebook has no
+measured times or its line disagrees with its metadata (a test runs it).
 """
 
 from __future__ import annotations
@@ -19,12 +20,13 @@ LINE_START = "*Run time"
 
 
 def line(times: dict) -> str:
-    return (f"{LINE_START} on {times['machine']}, measured: about {format_s(times['full'])} at full size, "
+    return (f"{LINE_START} on {times['machine']}, measured: {format_s(times['full'])} at full size, "
             f"{format_s(times['quick'])} in [quick mode](../docs/glossary.md#quick-mode) "
             "(`make lab QUICK=1`).*")
 
 
 def format_s(seconds: float) -> str:
+    """A run time as every page writes it: to 5 s under 90 s, else in minutes."""
     if seconds < 90:
         return f"{max(5, round(seconds / 5) * 5):.0f} s"
     return f"{seconds / 60:.0f} min" if seconds >= 150 else f"{seconds / 60:.1f} min"
@@ -49,16 +51,27 @@ def with_line(source: str, text: str) -> str:
 
 
 def write(measured: dict, machine: str) -> None:
+    """Record the measured notebooks' run times (both modes) and their votes' answers in their metadata,
+    then write every notebook's run-time line from its metadata. A notebook not in ``measured`` keeps
+    the figures it has."""
     for path in notebooks():
-        got = measured.get(path.stem, {})
-        if "full" not in got or "quick" not in got:
-            raise SystemExit(f"{path.stem}: no {'full' if 'full' not in got else 'quick'} run time in the "
-                             "measurements: run `make handouts` and `make handouts QUICK=1` first")
+        got = measured.get(path.stem)
         nb = json.loads(path.read_text())
-        times = {"full": got["full"], "quick": got["quick"], "machine": machine}
-        nb["metadata"].setdefault("dataloader_lab", {})["run_time_s"] = times
-        first = nb["cells"][0]
-        first["source"] = with_line("".join(first["source"]), line(times)).splitlines(keepends=True)
+        meta = nb["metadata"].setdefault("dataloader_lab", {})
+        if got is not None:
+            if "full" not in got or "quick" not in got:
+                missing = "full" if "full" not in got else "quick"
+                raise SystemExit(f"{path.stem}: no {missing} run time in the measurements: run "
+                                 "`make handouts` and `make handouts QUICK=1` on it first")
+            meta["run_time_s"] = {"full": got["full"], "quick": got["quick"], "machine": machine}
+            keys = sorted({*got.get("answers_full", {}), *got.get("answers_quick", {})})
+            if keys:
+                meta["answers"] = {key: {mode: got.get(f"answers_{mode}", {}).get(key)
+                                         for mode in ("full", "quick")} for key in keys}
+        if "run_time_s" in meta:
+            first = nb["cells"][0]
+            text = with_line("".join(first["source"]), line(meta["run_time_s"]))
+            first["source"] = text.splitlines(keepends=True)
         path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
 
 
@@ -78,7 +91,9 @@ def problems() -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    if "--write" in argv:
+    if "--lines" in argv:  # only the lines, from the figures the notebooks already hold
+        write({}, "")
+    elif "--write" in argv:
         measured = json.loads((ROOT / "handouts" / "run_times.json").read_text())
         machine = argv[argv.index("--machine") + 1] if "--machine" in argv else "a 2-core machine without GPU"
         write(measured, machine)

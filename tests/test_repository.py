@@ -66,13 +66,20 @@ def test_no_notebook_defines_what_runs_in_a_worker():
 
 
 def test_notebooks_link_to_their_neighbours():
-    names = [p.name for p in LESSONS]
-    for i, path in enumerate(LESSONS):
-        text = path.read_text()
-        if i > 0:
-            assert names[i - 1] in text, f"{path.name} does not link back to {names[i - 1]}"
-        if i + 1 < len(names):
-            assert names[i + 1] in text, f"{path.name} does not link on to {names[i + 1]}"
+    """A notebook on the core path links the notebooks before and after it on the path; any other
+    notebook links its neighbours by number."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import notebook_table
+
+    path = ["00", *notebook_table.CORE]
+    by_number = {p.name.split("_")[0]: p for p in LESSONS}
+    numbers = list(by_number)
+    for number, lesson in by_number.items():
+        order = path if number in path else numbers
+        k = order.index(number)
+        for neighbour in order[max(k - 1, 0):k] + order[k + 1:k + 2]:
+            assert by_number[neighbour].name in lesson.read_text(), (
+                f"{lesson.name} does not link to {by_number[neighbour].name}")
 
 
 def test_readme_notebook_table_is_current():
@@ -271,6 +278,7 @@ def test_readme_shows_00bs_timing_loop_as_it_is():
 
 
 def test_readme_lists_every_notebook_off_the_core_path_as_an_elective():
+    """Besides 00, the core path and 00b (the shortcut into it), every notebook is an elective."""
     sys.path.insert(0, str(ROOT / "scripts"))
     import notebook_table
 
@@ -278,7 +286,7 @@ def test_readme_lists_every_notebook_off_the_core_path_as_an_elective():
     electives = readme[readme.index("**The electives**"):readme.index("<!-- notebooks:start -->")]
     for path in NOTEBOOKS:
         number = path.name.split("_")[0]
-        if path.name[0].isdigit() and number not in notebook_table.CORE and number != "00":
+        if path.name[0].isdigit() and number not in [*notebook_table.CORE, "00", "00b"]:
             assert f"notebooks/{path.name}" in electives, f"{path.name}: neither core nor elective"
 
 

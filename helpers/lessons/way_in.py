@@ -3,10 +3,13 @@ diagnosis of the same loader, and its first advice followed and timed again with
 
 from __future__ import annotations
 
+import statistics
+import time
 from collections.abc import Sequence
 
 from ..classroom.checks import Check, at_most, holds, premise_failed
 from ..timing.diagnosis.rules import input_scale
+from ..timing.plain import wait_share
 
 #: The plain loop and the diagnosis time different runs of one loader with different code: they
 #: may differ by this much (a share of the time, 0–1) and still read the same thing.
@@ -24,7 +27,7 @@ def steady_wait_share(wait_s: Sequence[float], step_s: Sequence[float], skip: in
         raise ValueError(f"need one wait and one step time per batch, at least {skip + 1} batches; got "
                          f"{len(wait_s)} waits and {len(step_s)} steps")
     waited, stepped = sum(wait_s[skip:]), sum(step_s[skip:])
-    return waited / (waited + stepped) if waited + stepped > 0 else 0.0
+    return wait_share(wait_s, step_s, skip) if waited + stepped > 0 else 0.0
 
 
 def data_wait_share(wait_s: Sequence[float], step_s: Sequence[float], main_s: float, skip: int = 1) -> float:
@@ -158,3 +161,15 @@ def gain_share(followed) -> float:
     if predicted_gain <= 0:
         return float("nan")
     return (followed.before_s - followed.after_s) / predicted_gain
+
+
+def step_time_s(step, batch, repeats: int = 3) -> float:
+    """The median time of ``repeats`` calls of ``step(batch)`` after one warm-up call (s): the first
+    call also allocates the model's buffers and the optimizer's state."""
+    step(batch)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        step(batch)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
