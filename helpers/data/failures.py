@@ -306,7 +306,7 @@ def _demo_fd(options: argparse.Namespace) -> dict[str, Any]:
     return {"batches_kept": len(kept), "limit": options.limit, "keep": options.keep}
 
 
-def _demo_shm(options: argparse.Namespace) -> dict[str, Any]:
+def _demo_shm(options: argparse.Namespace, progress: dict[str, Any]) -> dict[str, Any]:
     import torch
 
     if options.strategy:
@@ -319,6 +319,7 @@ def _demo_shm(options: argparse.Namespace) -> dict[str, Any]:
             # then the loader holds num_workers × prefetch_factor batches and the loop's own.
             time.sleep(options.step_s)
             count += 1
+            progress["batches"] = count  # the batches the loop had when a failure came
     return {"batches": count, "peak_extra_bytes": monitor.peak_extra_bytes,
             "shm_total_bytes": _shm_total_bytes(),
             "strategy": torch.multiprocessing.get_sharing_strategy(),
@@ -350,10 +351,12 @@ def main(argv: list[str] | None = None) -> int:
     shm.add_argument("--strategy", choices=["file_descriptor", "file_system"], default=None)
     shm.add_argument("--step-s", type=float, default=0.0, help="seconds the loop holds each batch")
     options = parser.parse_args(argv)
+    progress: dict[str, Any] = {"batches": 0}
     try:
-        result = _demo_fd(options) if options.demo == "fd" else _demo_shm(options)
+        result = _demo_fd(options) if options.demo == "fd" else _demo_shm(options, progress)
     except Exception as error:  # the real error, reported to the parent
-        result = {"error": f"{type(error).__name__}: {error}", "shm_total_bytes": _shm_total_bytes()}
+        result = {"error": f"{type(error).__name__}: {error}", "shm_total_bytes": _shm_total_bytes(),
+                  **(progress if options.demo == "shm" else {})}
         print("RESULT " + json.dumps(result), flush=True)
         return 1
     print("RESULT " + json.dumps(result), flush=True)
