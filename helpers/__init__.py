@@ -154,7 +154,7 @@ from .timing.diagnosis.result import Diagnosis
 from .timing.diagnosis.rules import Recommendation
 from .timing.diagnosis.run import diagnose
 from .timing.hooks import MAIN_PROCESS
-from .timing.plain import measure_n_y_m, wait_share
+from .timing.plain import measure_n_y_m, next_when_ready, unimportable_parts, wait_share
 from .timing.recorder import record, record_fastest
 from .timing.report import Table, progress, table
 from .timing.settings import HAS_IN_ORDER, LoaderSettings
@@ -167,6 +167,7 @@ from .timing.theory import (
     step_time,
 )
 from .timing.timeline import BatchRecord, EpochRecord, Pause, Span, Timeline
+from .timing.torch_internals import RecompileLog
 from .timing.trace import profile, profiler_agreement
 
 _LAZY = {
@@ -260,7 +261,7 @@ __all__ = [
     "config", "failures", "lessons", "pauses", "startup", "torch_internals", "diagnosis", "theory",
     "transfer",
     "MAIN_PROCESS", "HAS_IN_ORDER", "BatchRecord", "EpochRecord", "Pause", "Span", "Timeline", "record",
-    "record_fastest", "measure_n_y_m", "wait_share",
+    "record_fastest", "measure_n_y_m", "next_when_ready", "unimportable_parts", "wait_share", "RecompileLog",
     "LoaderSettings", "Table", "progress", "table",
     "available_cores", "cache_dir", "cpu_limits", "effective_cores", "is_smoke", "results_dir", "seconds",
     "sized", "start_method",

@@ -292,7 +292,8 @@ def answers(stem: str) -> dict[str, dict]:
     if not path.exists():
         return {}
     saved = json.loads(path.read_text()).get("results", {})
-    return {key: {"measured": value["measured"], "unit": value.get("unit", ""), "closest": value["closest"]}
+    return {key: {"question": value["question"], "measured": value["measured"], "unit": value.get("unit", ""),
+                  "closest": value["closest"]}
             for key, value in saved.items()
             if isinstance(value, dict) and {"question", "measured", "closest"} <= set(value)}
 

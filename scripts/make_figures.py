@@ -2,6 +2,8 @@
 
 * The blog experiment (a 2020 post on choosing num_workers, notebook 01): 20 items that each wait 1 s, batch
   size 1, a modelled 0.25 s step, 0-4 workers.
+* Notebook 02: a calibration run with 1 worker, then the sizing rule's count and one fewer
+  (batches of 4 items that wait 0.175 s, a modelled 0.25 s step).
 * Notebook 03: slow samples (1 in 7 is 6x slower) with prefetch_factor 1 vs 4.
 * Notebook 05: worker start-up by start method (and forkserver with preload), each in a fresh
   process; 6 short epochs with spawn, persistent_workers off vs on.
@@ -23,7 +25,7 @@
 * Notebook 16: the three mystery loaders diagnosed (timelines, with each diagnosis in its title).
 * Notebook 17: torchrun with 4 ranks (gloo), rank 1's data 6× slower, one worker per rank.
 
-``scripts/make_figures.py copy_on_read`` (or ``blog``, ``core_series``, ``remote``, ``images``,
+``scripts/make_figures.py copy_on_read`` (or ``blog``, ``sizing``, ``core_series``, ``remote``, ``images``,
 ``resume``, ``diagnose``, ``distributed``) draws one group only.
 
 The workloads are those of the notebooks, through the same helpers. About 4 minutes on 2 cores
@@ -60,6 +62,7 @@ SCRIPT = "scripts/make_figures.py"
 #: group -> the figures it draws (the GPU ones are scripts/make_gpu_figures.py's).
 FIGURES = {
     "blog": ["blog_timeline_0_vs_2_workers.png", "blog_timelines_0_to_4_workers.png", "blog_intervals.png"],
+    "sizing": ["num_workers_sizing.png"],
     "core_series": ["prefetch_slow_samples.png", "startup_methods.png", "persistent_workers_spawn.png",
                     "host_prefetch_thread.png", "chain_step_ratio.png"],
     "copy_on_read": ["copy_on_read_list.png", "copy_on_read_persistent.png"],
@@ -136,6 +139,25 @@ def blog(where: str) -> None:
     ax.set_title(wrap(f"Time between loop iterations, measured vs model ({where})", ax.figure),
                  fontsize=TEXT_PT, loc="left")
     save(ax.figure, "blog_intervals.png", where)
+
+
+def sizing(where: str) -> None:
+    batch, step = 4, helpers.ModelledStep(0.25)
+    dataset = helpers.WorkDataset(batch * 24, item_wait_s=0.175, item_shape=(3, 64, 64))
+    calibration = helpers.record(DataLoader(dataset, batch_size=batch, num_workers=1), step, max_batches=6,
+                                 progress=False)
+    cal = helpers.lessons.num_workers.calibrate(calibration)
+    x = cal.recommended
+    runs = {w: helpers.record(DataLoader(dataset, batch_size=batch, num_workers=w), step, progress=False)
+            for w in (x - 1, x)}
+    titles = [f"calibration, 1 worker: n {cal.n * 1e3:.0f} ms, y {cal.y * 1e3:.0f} ms, "
+              f"m {cal.m * 1e3:.1f} ms ({where})",
+              *(f"num_workers={w}: the loop waits {tl.summary()['wait_fraction']:.0%} of the time"
+                for w, tl in runs.items())]
+    fig = helpers.plot_timelines([calibration, *runs.values()], titles=titles, label_batches=False)
+    save(fig, "num_workers_sizing.png", where)
+    waits = ", ".join(f"{w}: {tl.summary()['wait_fraction']:.0%}" for w, tl in runs.items())
+    print(f"x = {x}; waiting {waits}")
 
 
 def core_series(where: str) -> None:

@@ -28,6 +28,13 @@ CORE_START, CORE_END = "<!-- core-path:start -->", "<!-- core-path:end -->"
 CORE = ["01", "02", "03", "05", "06", "07", "16"]
 #: The class that follows the core path, in minutes of teaching (INSTRUCTORS.md's first page).
 CLASS_MINUTES = 90
+#: The class, slot by slot: (first minute, last minute, notebook, the figure in images/ to show where a
+#: run is skipped). 00 runs on the class machines the day before; its slot is the check that it did.
+CLASS_PLAN = [(0, 5, "00", None), (5, 20, "01", "blog_intervals.png"),
+              (20, 35, "02", "num_workers_sizing.png"), (35, 45, "03", "prefetch_slow_samples.png"),
+              (45, 57, "05", "persistent_workers_spawn.png"), (57, 65, "06", "pinned_bandwidth.png"),
+              (65, 75, "07", "host_prefetch_thread.png"), (75, 90, "16", "diagnose_mysteries.png")]
+PLAN_START, PLAN_END = "<!-- class-plan:start -->", "<!-- class-plan:end -->"
 
 
 def _notebooks(root: Path) -> list[tuple[Path, str, dict]]:
@@ -71,6 +78,38 @@ def core_path(root: Path = ROOT) -> str:
             "[INSTRUCTORS.md](INSTRUCTORS.md#the-90-minute-class) has the plan.")
 
 
+def answer_text(answer: dict | None) -> str:
+    """A measured answer as the plan shows it: the value with its unit."""
+    if not answer:
+        return "not measured"
+    value, unit = answer["measured"], answer.get("unit", "")
+    if isinstance(value, str):
+        return value
+    number = f"{value:.3g}" if isinstance(value, float) else f"{value}"
+    return f"{number}{unit}" if unit in ("×", "") else f"{number} {unit}"
+
+
+def class_plan(root: Path = ROOT) -> str:
+    """INSTRUCTORS.md's plan: per slot the notebook, its vote, the measured answer in both modes (from the
+    notebook's metadata, written by ``scripts/run_times.py``), its quick Run All and its fallback figure."""
+    found = {path.name.split("_")[0]: (path, heading, meta) for path, heading, meta in _notebooks(root)}
+    rows = ["| min | notebook | the vote | measured answer, full size · quick | Run All, quick "
+            "| if you skip the run |", "|---|---|---|---|---|---|"]
+    for first, last, number, figure in CLASS_PLAN:
+        path, heading, meta = found[number]
+        answers = meta.get("answers", {})
+        votes = [(key, modes) for key, modes in answers.items()] or [(None, {})]
+        for key, modes in votes:
+            question = next((m["question"] for m in modes.values() if m),
+                            "no vote: every row green" if number == "00" else "not measured")
+            answer = (f"{answer_text(modes.get('full'))} · {answer_text(modes.get('quick'))}" if key else "—")
+            times = meta.get("run_time_s")
+            fallback = f"`images/{figure}`" if figure else "—"
+            rows.append(f"| {first}–{last} | [{heading}](notebooks/{path.name}) | {question} | {answer} | "
+                        f"{format_s(times['quick']) if times else 'not measured'} | {fallback} |")
+    return "\n".join(rows)
+
+
 def guide_table(root: Path = ROOT) -> str:
     rows = ["| notebook | full size | quick mode (`QUICK=1`) | measured on |", "|---|---|---|---|"]
     for path, heading, meta in _notebooks(root):
@@ -90,7 +129,8 @@ def render(text: str, body: str, start: str = START, end: str = END) -> str:
 def main(argv: list[str]) -> int:
     stale = []
     for path, parts in [(ROOT / "README.md", [(table(), START, END), (core_path(), CORE_START, CORE_END)]),
-                        (ROOT / "INSTRUCTORS.md", [(guide_table(), GUIDE_START, GUIDE_END)])]:
+                        (ROOT / "INSTRUCTORS.md", [(guide_table(), GUIDE_START, GUIDE_END),
+                                                   (class_plan(), PLAN_START, PLAN_END)])]:
         current = wanted = path.read_text()
         for body, start, end in parts:
             wanted = render(wanted, body, start, end)

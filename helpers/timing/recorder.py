@@ -24,6 +24,7 @@ from ..cores import quota_stat_files, stopped_s
 from . import torch_internals
 from .device import synchronize, to_device, wait_for_step
 from .hooks import MAIN_PROCESS, GcMonitor, MainProcessFetch, PrefetcherTimer, RecordingWorkerInit, Stamped
+from .plain import unimportable_parts
 from .report import progress_bar
 from .settings import loader_config
 from .timeline import BatchRecord, EpochRecord, Pause, Span, Timeline
@@ -295,40 +296,18 @@ def start_method_of(loader: DataLoader) -> str:
 def check_importable(loader: DataLoader) -> None:
     """Raise :class:`NotImportable` naming the fix when the loader's workers start by spawn or
     forkserver and its dataset, ``collate_fn`` or ``worker_init_fn`` is a lambda, a function or
-    class defined inside another function, or defined in a notebook cell: each worker receives
-    them pickled *by name* and imports them, and these have no importable name
-    (PyTorch's own error is a bare "Can't pickle local object" or, from the dead worker,
-    "Can't get attribute ... on <module '__main__'>"). Under fork they are inherited, and fine."""
-    if loader.num_workers == 0:
-        return
-    method = start_method_of(loader)
-    if method == "fork":
-        return
-    import __main__
-
-    notebook = not hasattr(__main__, "__file__")
-    # what each worker receives (_MultiProcessingDataLoaderIter's Process arguments); the sampler and the
-    # batch sampler stay in the main process, which sends the workers indices
-    parts = {"dataset": loader.dataset, "collate_fn": loader.collate_fn,
-             "worker_init_fn": loader.worker_init_fn}
-    for part, obj in parts.items():
-        if obj is None or isinstance(obj, RecordingWorkerInit):
-            continue
-        target = obj if callable(obj) and hasattr(obj, "__qualname__") else type(obj)
-        qualname, module = getattr(target, "__qualname__", ""), getattr(target, "__module__", "")
-        why = ""
-        if "<lambda>" in qualname:
-            why = "is a lambda"
-        elif "<locals>" in qualname:
-            why = f"is defined inside a function ({qualname})"
-        elif module == "__main__" and notebook:
-            why = f"is defined in a notebook cell ({qualname})"
-        if why:
-            raise NotImportable(
-                f"the loader's {part} {why}: its workers start by {method}, and each one imports what it "
-                f"runs by name, which this cannot give. Define it at the top level of a .py file (a module "
-                f"you import, like the lab's helpers) and pass that — or use fork where it exists. "
-                f"(PyTorch's own error would be \"Can't pickle local object\" or \"Can't get attribute\".)")
+    class defined inside another function, or defined in a notebook cell
+    (:func:`helpers.timing.plain.unimportable_parts`): each worker receives them pickled *by name*
+    and imports them, and these have no importable name (PyTorch's own error is a bare "Can't pickle
+    local object" or, from the dead worker, "Can't get attribute ... on <module '__main__'>")."""
+    found = unimportable_parts(loader)
+    if found:
+        part, why = next(iter(found.items()))
+        raise NotImportable(
+            f"the loader's {part} {why}: its workers start by {start_method_of(loader)}, and each one "
+            f"imports what it runs by name, which this cannot give. Define it at the top level of a .py file "
+            f"(a module you import, like the lab's helpers) and pass that — or use fork where it exists. "
+            f"(PyTorch's own error would be \"Can't pickle local object\" or \"Can't get attribute\".)")
 
 
 def _between(before: float | None, after: float | None) -> float | None:

@@ -10,13 +10,15 @@ is installed. Notebook 00 and a unit test call it.
 
 Notebook 18 also reads what ``torch.compile`` compiled (Dynamo's own record, in ``torch._dynamo``)
 and marks a batch's dimension dynamic: :func:`compile_events`, :func:`reset_compiles`,
-:func:`mark_batch_dynamic` (``torch._dynamo`` is imported only when they are called).
+:func:`mark_batch_dynamic` (``torch._dynamo`` is imported only when they are called); and it keeps
+torch's own log of recompiles (:class:`RecompileLog`: the logger ``TORCH_LOGS=recompiles`` writes to).
 """
 
 from __future__ import annotations
 
 import importlib
 import inspect
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -238,3 +240,26 @@ def mark_batch_dynamic(batch: torch.Tensor) -> torch.Tensor:
     compile then makes code for any batch size instead of this one (``torch._dynamo.mark_dynamic``)."""
     torch._dynamo.mark_dynamic(batch, 0)
     return batch
+
+
+class RecompileLog(logging.Handler):
+    """torch's own log of recompiles, the lines ``TORCH_LOGS=recompiles`` prints, kept as a list:
+    ``with RecompileLog() as log: ...``, then ``len(log.messages)``."""
+
+    LOGGER = "torch._dynamo.guards.__recompiles"  # torch._logging's artifact logger for "recompiles"
+
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.messages = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+    def __enter__(self):
+        torch._logging.set_logs(recompiles=True)
+        logging.getLogger(self.LOGGER).addHandler(self)
+        return self
+
+    def __exit__(self, *exc):
+        logging.getLogger(self.LOGGER).removeHandler(self)
+        torch._logging.set_logs()

@@ -1,0 +1,145 @@
+"""One number per fact: each run time, duration, count, formula and command line a reader meets lives in one
+place, generated from it or held equal to it here; and every link to a heading finds its heading."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+import notebook_table  # noqa: E402
+
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+PAGES = [ROOT / "README.md", ROOT / "INSTRUCTORS.md", *sorted((ROOT / "docs").glob("*.md"))]
+GENERATED = re.compile(r"<!-- ([\w-]+):start -->.*?<!-- \1:end -->", re.S)
+#: The diagnosis from a terminal, shown the same everywhere a reader meets it.
+DIAGNOSE = "python -m helpers.diagnose my_module:make_loader --step-ms 30 --verify"
+
+
+def markdown(path: Path) -> str:
+    """What a reader reads in a page or a notebook's markdown cells, generated blocks left out."""
+    if path.suffix == ".ipynb":
+        text = "\n\n".join("".join(c["source"]) for c in json.loads(path.read_text())["cells"]
+                           if c["cell_type"] == "markdown")
+    else:
+        text = path.read_text()
+    return GENERATED.sub("", text)
+
+
+def reader_texts() -> dict[str, str]:
+    return {str(p.relative_to(ROOT)): markdown(p) for p in [*PAGES, *NOTEBOOKS]}
+
+
+def found(pattern: str, texts: dict[str, str] | None = None) -> list[str]:
+    texts = reader_texts() if texts is None else texts
+    return [f"{name}: …{' '.join(text[max(0, m.start() - 60):m.end() + 30].split())}…"
+            for name, text in texts.items() for m in re.finditer(pattern, text)]
+
+
+# -- run times ----------------------------------------------------------------------------------
+#: A run time written by hand: "20 s quick", "Run All measured 15 s", "40 s at full size", "about 6 min full".
+RUN_TIME = (r"(?i)(?:run all|measured|took|takes)[^.|\n]{0,30}\b\d+(?:\.\d)? (?:s|min)\b|"
+            r"\b\d+(?:\.\d)? (?:s|min) (?:quick|full|in quick mode|at full size)\b")
+
+
+def test_the_run_time_finder_finds_a_hand_written_run_time():
+    texts = {"a": "Run All measured 15 s quick, 40 s full.", "b": "about 6 min full", "c": "a 0.25 s step"}
+    assert {hit.split(":")[0] for hit in found(RUN_TIME, texts)} == {"a", "b"}
+    assert found(RUN_TIME, {"d": "each item waits 1 s; the step takes 0.25 s."}) == []
+
+
+def test_run_times_are_stated_only_where_they_are_generated():
+    """A notebook's run time is in its metadata (measured); its first cell, README's table, the core path
+    and INSTRUCTORS.md's tables are generated from it. Prose quotes none."""
+    texts = reader_texts()
+    for name in texts:  # the first cell's generated line is checked by scripts/run_times.py
+        texts[name] = re.sub(r"\*Run time on [^*]*\*", "", texts[name])
+    assert found(RUN_TIME, texts) == []
+
+
+# -- the class, the deck ------------------------------------------------------------------------
+def test_one_length_for_the_class():
+    minutes = notebook_table.CLASS_MINUTES
+    plan = notebook_table.CLASS_PLAN
+    assert [number for *_, number, _ in plan] == ["00", *notebook_table.CORE]
+    assert plan[0][0] == 0 and plan[-1][1] == minutes
+    assert all(a[1] == b[0] for a, b in zip(plan, plan[1:], strict=False)), "the slots leave a gap"
+    assert all((ROOT / "images" / figure).is_file() for *_, figure in plan if figure)
+    wrong = [hit for hit in found(r"(?i)\b(\d+)[- ]minutes? (?:class|session)\b")
+             if f"{minutes}-minute" not in hit and f"{minutes} minute" not in hit]
+    assert wrong + found(r"(?i)\b(?:two|2) hours\b") == []
+
+
+def test_the_overview_deck_has_one_length():
+    deck = json.loads((ROOT / "notebooks" / "overview.ipynb").read_text())
+    title = "".join(deck["cells"][0]["source"]).splitlines()[0]
+    minutes = re.search(r"in (\d+) minutes", title).group(1)
+    slides = sum(c.get("metadata", {}).get("slideshow", {}).get("slide_type") in ("slide", "subslide")
+                 for c in deck["cells"])
+    wrong = [hit for hit in found(r"(?i)overview[^.\n]{0,80}?\b(\d+) minutes") if f"{minutes} minutes" not in hit]
+    wrong += [hit for hit in found(r"\b(\d+) slides\b") if f"{slides} slides" not in hit]
+    assert wrong == []
+
+
+# -- command lines, settings, formulas ----------------------------------------------------------
+def test_the_diagnosis_command_is_shown_one_way():
+    texts = reader_texts()
+    for path in NOTEBOOKS:  # code cells print commands too
+        texts[str(path.relative_to(ROOT))] += "\n".join("".join(c["source"]) for c in json.loads(path.read_text())["cells"])
+    lines = [m.group(0) for text in texts.values()
+             for m in re.finditer(r"(?:python -m helpers\.diagnose|dataloader-lab diagnose)[^`\n\"']*", text)]
+    assert lines and {line.strip() for line in lines} == {DIAGNOSE}
+
+
+def test_one_way_to_set_each_make_variable():
+    assert found(r"DLLAB_START_METHOD=\w+ make") + found(r"DLLAB_SMOKE=1 make") == []
+
+
+def test_one_sizing_rule():
+    assert found(r"⌈\s*n\s*/\s*y\s*⌉|x = n / y\b") == []
+
+
+def test_the_quick_mode_scale_is_stated_once():
+    """Quick mode's scale is the glossary's; a notebook or page links to it."""
+    hits = [hit for hit in found(r"×\s?0\.2\b|by 0\.2\b") if not hit.startswith("docs/glossary.md")]
+    assert hits == []
+
+
+def test_one_name_for_headroom_in_the_pages():
+    """SPDL calls it headspace; the glossary says so once, and the lab says headroom."""
+    assert [hit for hit in found(r"(?i)headspace") if "SPDL" not in hit] == []
+
+
+# -- links --------------------------------------------------------------------------------------
+def anchors(path: Path) -> set[str]:
+    """The anchors of a page's headings (GitHub's rule) and its explicit ``<a id="...">``."""
+    text = path.read_text() if path.suffix != ".ipynb" else markdown(path)
+    found_ids = set(re.findall(r'<a id="([\w-]+)"', text))
+    for heading in re.findall(r"^#{1,6} (.+)$", text, re.M):
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        found_ids.add(slug)
+    return found_ids
+
+
+def test_every_link_to_a_heading_finds_it():
+    missing = []
+    for path in [*PAGES, *NOTEBOOKS]:
+        for target, anchor in re.findall(r"\]\(([^)\s#]*)#([\w-]+)\)", markdown(path)):
+            page = (path.parent / target).resolve() if target else path
+            if page.suffix in (".md", ".ipynb") and page.exists() and anchor not in anchors(page):
+                missing.append(f"{path.relative_to(ROOT)} → {target}#{anchor}")
+    assert missing == []
+
+
+@pytest.mark.parametrize("heading,slug", [("The 90-minute class", "the-90-minute-class"),
+                                          ("Quick mode for class", "quick-mode-for-class"),
+                                          ('Start here: "my GPU is idle"', "start-here-my-gpu-is-idle")])
+def test_the_anchor_rule_is_githubs(tmp_path, heading, slug):
+    page = tmp_path / "page.md"
+    page.write_text(f"# {heading}\n")
+    assert slug in anchors(page)
