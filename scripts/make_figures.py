@@ -141,6 +141,11 @@ def blog(where: str) -> None:
     save(ax.figure, "blog_intervals.png", where)
 
 
+def steady(tl, workers: int) -> float:
+    """The share of the time the loop waits, each worker's first batch left out (notebook 00b's rule)."""
+    return helpers.wait_share([b.wait_s for b in tl.batches], [b.step_s for b in tl.batches], skip=workers)
+
+
 def sizing(where: str) -> None:
     batch, step = 4, helpers.ModelledStep(0.25)
     dataset = helpers.WorkDataset(batch * 24, item_wait_s=0.175, item_shape=(3, 64, 64))
@@ -152,11 +157,11 @@ def sizing(where: str) -> None:
             for w in (x - 1, x)}
     titles = [f"calibration, 1 worker: n {cal.n * 1e3:.0f} ms, y {cal.y * 1e3:.0f} ms, "
               f"m {cal.m * 1e3:.1f} ms ({where})",
-              *(f"num_workers={w}: the loop waits {tl.summary()['wait_fraction']:.0%} of the time"
-                for w, tl in runs.items())]
+              *(f"num_workers={w}: after each worker's first batch the loop waits "
+                f"{steady(tl, w):.0%} of the time" for w, tl in runs.items())]
     fig = helpers.plot_timelines([calibration, *runs.values()], titles=titles, label_batches=False)
     save(fig, "num_workers_sizing.png", where)
-    waits = ", ".join(f"{w}: {tl.summary()['wait_fraction']:.0%}" for w, tl in runs.items())
+    waits = ", ".join(f"{w}: {steady(tl, w):.0%}" for w, tl in runs.items())
     print(f"x = {x}; waiting {waits}")
 
 
