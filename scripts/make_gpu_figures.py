@@ -7,7 +7,7 @@ CPU-only machines show these in notebooks 06, 07 and 11 in place of the cells th
 * ``pinned_copy_segment.png`` (06): the loop's copy of each 18 MiB batch (sky blue), pageable vs
   ``pin_memory=True``, 2 workers, modelled 50 ms step.
 * ``device_prefetch_gpu.png`` (07): the tutorial's model on the GPU, the loop copying each
-  batch vs ``helpers.DevicePrefetcher`` vs its uint8 variant vs the former serialised
+  batch vs ``helpers.DevicePrefetcher`` vs its uint8 variant vs a serialised
   prefetcher, 4 workers (``helpers.lessons.device_prefetch.gpu_runs``, the notebook's own runs).
 * ``capstone_gpu.png`` (11): notebook 11 executed in full on the GPU (the tutorial's model,
   4 workers); its stage-by-stage speedups against the tutorial's published figures.
@@ -131,7 +131,7 @@ def draw_copy_segment(data: dict):
 
 
 def draw_device_prefetch(data: dict):
-    titles = list(data["runs"])
+    titles = [name.replace("former serialised", "serialised") for name in data["runs"]]
     titles[0] += f" ({data['where']})"
     return helpers.plot_timelines([helpers.Timeline.from_dict(tl) for tl in data["runs"].values()],
                                   titles=titles, label_batches=False)

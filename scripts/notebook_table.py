@@ -101,7 +101,8 @@ def class_plan(root: Path = ROOT) -> str:
         votes = [(key, modes) for key, modes in answers.items()] or [(None, {})]
         for key, modes in votes:
             question = next((m["question"] for m in modes.values() if m),
-                            "no vote: every row green" if number == "00" else "not measured")
+                            "in words: how much CPU spinning processes get" if number == "00"
+                            else "not measured")
             answer = (f"{answer_text(modes.get('full'))} · {answer_text(modes.get('quick'))}" if key else "—")
             times = meta.get("run_time_s")
             fallback = f"`images/{figure}`" if figure else "—"

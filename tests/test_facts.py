@@ -83,7 +83,8 @@ def test_the_overview_deck_has_one_length():
     minutes = re.search(r"in (\d+) minutes", title).group(1)
     slides = sum(c.get("metadata", {}).get("slideshow", {}).get("slide_type") in ("slide", "subslide")
                  for c in deck["cells"])
-    wrong = [hit for hit in found(r"(?i)overview[^.\n]{0,80}?\b(\d+) minutes") if f"{minutes} minutes" not in hit]
+    wrong = [hit for hit in found(r"(?i)overview[^.\n]{0,80}?\b(\d+) minutes")
+             if f"{minutes} minutes" not in hit]
     wrong += [hit for hit in found(r"\b(\d+) slides\b") if f"{slides} slides" not in hit]
     assert wrong == []
 
@@ -92,7 +93,8 @@ def test_the_overview_deck_has_one_length():
 def test_the_diagnosis_command_is_shown_one_way():
     texts = reader_texts()
     for path in NOTEBOOKS:  # code cells print commands too
-        texts[str(path.relative_to(ROOT))] += "\n".join("".join(c["source"]) for c in json.loads(path.read_text())["cells"])
+        cells = json.loads(path.read_text())["cells"]
+        texts[str(path.relative_to(ROOT))] += "\n".join("".join(c["source"]) for c in cells)
     lines = [m.group(0) for text in texts.values()
              for m in re.finditer(r"(?:python -m helpers\.diagnose|dataloader-lab diagnose)[^`\n\"']*", text)]
     assert lines and {line.strip() for line in lines} == {DIAGNOSE}

@@ -42,7 +42,6 @@ FIGURE = re.compile(r"([\w-]+\.png)")
 GIVEAWAYS: dict[str, list[str]] = {
     # 00 · the two questions in words
     "00#1": ["in total, however many", "as many as the quota", "about 1 cpu however many"],
-    "00#2": ["starts at once", "imports torch again", "is a copy of this kernel"],
     # 00b · the shortcut
     "wait_share_0_workers": ["three quarters", "75 %", "74 %", "72 / (72 + 25)", "72 / 97",
                              "the wait *is* the load", "the waiting *is* the loading"],
@@ -54,10 +53,12 @@ GIVEAWAYS: dict[str, list[str]] = {
     "runahead_prefetch_4": ["counts batches per worker", "batches *per worker*", "batches each in flight",
                             "prefetch_factor × num_workers", "num_workers × prefetch_factor",
                             "prefetch_factor + 2"],
-    "03#2": ["waits nearly vanish", "depth absorbs", "absorbs slow", "absorb stragglers", "absorbs them"],
+    "03#2": ["waits nearly vanish", "depth absorbs", "absorbs slow", "absorb stragglers", "absorbs them",
+             "depth pays", "depth buys", "depth matters when"],
     "persistent_first_batch": ["does not prefetch across", "still costs one batch", "still waits one batch",
                                "first batch of every epoch still"],
-    "05#2": ["far more of its memory is its own", "its own memory is small"],
+    "05#2": ["far more of its memory is its own", "its own memory is small",
+             "pages it shares with the parent"],
     "batches_pinned": ["no pin thread", "nothing is pinned", "none are pinned", "pins nothing",
                        "nothing but warn", "on a cpu-only machine it does nothing"],
     "per_batch_prefetch_thread": ["the step alone", "the slower of the two",

@@ -140,8 +140,9 @@ def show_reference_figure(filename: str, what: str) -> bool:
                          "project's measurements, so there is no measured picture to show instead of a "
                          "guessed one."))
         return False
-    display(Markdown(f"Reference figure, measured on a GPU by `scripts/make_gpu_figures.py` "
-                     f"(`images/{filename}`; the GPU and torch version are in its title): {what}."))
+    display(Markdown(f"Reference figure, measured on a GPU (`images/{filename}`; the GPU and torch version "
+                     f"are in its title, and [docs/figures.md](../docs/figures.md) says what it shows): "
+                     f"{what}."))
     display(Image(filename=str(path)))
     return True
 
