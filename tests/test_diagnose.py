@@ -634,7 +634,7 @@ def test_the_command_line_refuses_each_bad_input_with_its_fix(tmp_path, monkeypa
         assert "Traceback" not in done.stderr, (args, done.stderr[-600:])
     # The rest call the same main() in this process (each new process imports torch: ~1.5 s of a core
     # apiece), from the same folder; the modules they import are forgotten again.
-    from helpers.diagnose import main
+    from helpers.cli import diagnose_main as main
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", [*sys.path, str(ROOT / "tests")])
@@ -685,7 +685,7 @@ def test_the_command_line_takes_a_file_a_top_level_loader_and_says_what_a_functi
     (tmp_path / "tools" / "os.py").write_text("")
     # The lab's own helpers used wrongly is the learner's import error, not a clash of two packages.
     (tmp_path / "typo.py").write_text("from helpers import WorkDatasett\n")
-    from helpers.diagnose import load_target
+    from helpers.cli import load_target
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", list(sys.path))  # load_target puts folders first; forget them after
@@ -723,7 +723,7 @@ def test_a_project_with_its_own_helpers_is_told_that_two_packages_share_the_name
     (tmp_path / "helpers" / "__init__.py").write_text("")
     (tmp_path / "helpers" / "augment.py").write_text("FLIP = True\n")
     (tmp_path / "train_own.py").write_text("from helpers.augment import FLIP\n\ndef make():\n    pass\n")
-    from helpers.diagnose import load_target
+    from helpers.cli import load_target
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", list(sys.path))
@@ -734,7 +734,40 @@ def test_a_project_with_its_own_helpers_is_told_that_two_packages_share_the_name
         sys.modules.pop("train_own", None)
     said = str(exited.value.code)
     assert "imports helpers.augment, from your project's" in said, said
-    assert "Rename your project's helpers" in said, said
+    assert "Run `dataloader-lab diagnose" in said, said
+
+
+@pytest.mark.untimed
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_the_command_runs_from_a_folder_with_its_own_helpers_and_keeps_them(tmp_path, method):
+    """`dataloader-lab diagnose` imports the lab as dataloader_lab before the learner's folder goes on
+    sys.path: a project's helpers.py is neither shadowed (its module imports its own) nor shadows the lab,
+    in the main process and in workers started by spawn."""
+    (tmp_path / "helpers.py").write_text("def scale(i):\n    return 2.0 * i\n")
+    (tmp_path / "my_module.py").write_text(
+        "import torch\nfrom torch.utils.data import DataLoader, Dataset\n\nimport helpers\n\n\n"
+        "class Scaled(Dataset):\n    def __len__(self):\n        return 32\n\n"
+        "    def __getitem__(self, i):\n        return torch.tensor([helpers.scale(i)])\n\n\n"
+        f"def make_loader():\n    return DataLoader(Scaled(), batch_size=4, num_workers=2, "
+        f"multiprocessing_context={method!r})\n")
+    command = Path(sys.executable).parent / "dataloader-lab"
+    env = {**os.environ, "TQDM_DISABLE": "1"}
+    env.pop("PYTHONPATH", None)
+    args = ["diagnose", "my_module:make_loader", "--steps", "8", "--step-ms", "5", "--trace", "t.json"]
+    done = subprocess.run([str(command), *args], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-1500:]
+    assert "recommendations:" in done.stdout and (tmp_path / "t.json").exists()
+
+
+@pytest.mark.untimed
+def test_python_m_helpers_diagnose_is_the_same_command(tmp_path):
+    (tmp_path / "mine.py").write_text(
+        "from torch.utils.data import DataLoader\nimport helpers\n\n"
+        "def make():\n    return DataLoader(helpers.WorkDataset(8), batch_size=2)\n")
+    done = _cli(tmp_path, "mine:make", "--steps", "4", "--trace", "t.json")
+    assert done.returncode == 0, done.stderr[-800:]
+    assert "recommendations:" in done.stdout
 
 
 @pytest.mark.untimed
@@ -773,7 +806,7 @@ def test_verify_without_a_step_says_why_nothing_was_followed(tmp_path, monkeypat
     # Without a step no worker count is derived, so --verify had nothing to follow and said nothing.
     (tmp_path / "plain.py").write_text("from torch.utils.data import DataLoader\nimport helpers\n\n"
                                        "def make():\n    return DataLoader(helpers.WorkDataset(8))\n")
-    from helpers.diagnose import main
+    from helpers.cli import diagnose_main as main
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", list(sys.path))
@@ -788,7 +821,7 @@ def test_verify_without_a_step_says_why_nothing_was_followed(tmp_path, monkeypat
 def test_a_pickling_error_is_told_apart_from_other_errors_in_a_verify_round():
     import pickle
 
-    from helpers.diagnose import _cannot_pickle
+    from helpers.cli import _cannot_pickle
 
     assert _cannot_pickle(pickle.PicklingError("Can't pickle <function <lambda>>"))
     assert _cannot_pickle(AttributeError("Can't pickle local object 'make.<locals>.<lambda>'"))
@@ -821,7 +854,7 @@ def test_the_command_line_keeps_the_traceback_of_an_error_in_the_learners_own_co
         "class Buggy(Dataset):\n    def __len__(self):\n        return 8\n\n"
         "    def __getitem__(self, i):\n        return torch.zeros(2) + 'a string'\n\n"
         "def make():\n    return DataLoader(Buggy())\n")
-    from helpers.diagnose import main
+    from helpers.cli import diagnose_main as main
 
     monkeypatch.chdir(tmp_path)
     try:

@@ -18,7 +18,7 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 PAGES = [ROOT / "README.md", ROOT / "INSTRUCTORS.md", *sorted((ROOT / "docs").glob("*.md"))]
 GENERATED = re.compile(r"<!-- ([\w-]+):start -->.*?<!-- \1:end -->", re.S)
 #: The diagnosis from a terminal, shown the same everywhere a reader meets it.
-DIAGNOSE = "python -m helpers.diagnose my_module:make_loader --step-ms 30 --verify"
+DIAGNOSE = "dataloader-lab diagnose my_module:make_loader --step-ms 30 --verify"
 
 
 def markdown(path: Path) -> str:
@@ -96,7 +96,8 @@ def test_the_diagnosis_command_is_shown_one_way():
         cells = json.loads(path.read_text())["cells"]
         texts[str(path.relative_to(ROOT))] += "\n".join("".join(c["source"]) for c in cells)
     lines = [m.group(0) for text in texts.values()
-             for m in re.finditer(r"(?:python -m helpers\.diagnose|dataloader-lab diagnose)[^`\n\"']*", text)]
+             for m in re.finditer(r"(?:python -m helpers\.diagnose|dataloader-lab diagnose) [\w./]+:\w+[^`\n\"']*",
+                                  text)]
     assert lines and {line.strip() for line in lines} == {DIAGNOSE}
 
 

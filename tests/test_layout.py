@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import re
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,8 +35,8 @@ PARTS = {
 }
 #: The composition root and the command-line entry points: they may import any part; no part may
 #: import them (``helpers`` itself is the notebooks' façade, not a module to build on).
-ENTRY = {"helpers", "helpers.diagnose", "helpers.startup", "helpers.failures", "helpers._resume_child",
-         "helpers._dist_child", "helpers._torchrun"}
+ENTRY = {"helpers", "helpers.cli", "helpers.diagnose", "helpers.startup", "helpers.failures",
+         "helpers._resume_child", "helpers._dist_child", "helpers._torchrun"}
 #: part -> the parts it may import (itself included). The instrument imports nothing from the
 #: workloads, the model, the lessons, the classroom, the explorers or the plots.
 ALLOWED = {
@@ -309,3 +310,13 @@ def test_what_a_worker_imports_stays_light():
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_the_command_line_and_the_instrument_import_the_lab_by_no_name():
+    """``dataloader-lab`` loads these files as ``dataloader_lab.*`` beside a project's own ``helpers``
+    (helpers/cli.py): an absolute ``helpers.`` import there would reach the project's package."""
+    paths = [HELPERS / "cli.py", *HELPERS.glob("timing/**/*.py"), HELPERS / "cores.py", HELPERS / "config.py"]
+    named = [f"{path.relative_to(ROOT)}:{number}" for path in paths
+             for number, line in enumerate(path.read_text().splitlines(), 1)
+             if re.match(r"\s*(from helpers[. ]|import helpers\b)", line)]
+    assert named == []

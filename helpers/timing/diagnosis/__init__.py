@@ -32,7 +32,7 @@ else the machine does only ever slows a run down.
 One picture (:meth:`Diagnosis.plot`), one table (:meth:`Diagnosis.table`), one Perfetto trace
 (:meth:`Diagnosis.trace`). From a terminal, for a script outside Jupyter::
 
-    python -m helpers.diagnose my_module:make_loader --steps 200 --step-ms 30 --verify
+    dataloader-lab diagnose my_module:make_loader --step-ms 30 --verify
 
 :func:`helpers.timing.trace.profile` records the same run under ``torch.profiler``.
 
