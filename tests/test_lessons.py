@@ -125,7 +125,7 @@ def test_show_checks_renders_both_tables_and_raises_only_on_a_failed_claim(monke
     assert "premise failed" in page and "✓" in page and "title='01.example.true'" in page
     assert page.index("<th>verdict</th>") < page.index(checks.EXPECTED_HEADING.split("'")[0])
     assert "251.0 ms" in page and "250.0 ms" in page and page.count("<th>verdict</th>") == 1
-    assert "all lesson checks passed: 1 claims held, 1 could not be tested" in capsys.readouterr().out
+    assert "all lesson checks passed: 1 claim held, 1 could not be tested" in capsys.readouterr().out
     with pytest.raises(helpers.LessonCheckFailed, match="a false claim .*01.example.false"):
         helpers.show_checks([good, bad, row])
     # a notebook with no check left: its rows are shown, nothing raises, and it says so

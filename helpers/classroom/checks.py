@@ -171,7 +171,8 @@ def show_checks(checks: Iterable[Check | Expected]) -> None:
               "workload, shown beside the measurement")
         return
     untested = len(table.not_tested())
-    print(f"all lesson checks passed: {len(table.checks) - untested} claims held"
+    held = len(table.checks) - untested
+    print(f"all lesson checks passed: {held} claim{'' if held == 1 else 's'} held"
           + (f", {untested} could not be tested here (see why above)" if untested else ""))
 
 
