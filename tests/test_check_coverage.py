@@ -1,36 +1,26 @@
-"""Every lesson check can fail, shown: each place in ``helpers/lessons/`` that builds a check has a
-unit test in which it fails (verdict ✗) on a configuration where its lesson is false.
+"""Every lesson check can fail, shown by name: each id a lesson writes is asserted failing, with its
+premise held, by a passing unit test.
 
-The check sites are found in the source: every call, in a lesson module, of ``Check(...)`` or of a
-function of ``helpers/classroom/checks.py`` that returns one (``holds``, ``at_least``, ``near``,
-``exceeds``, …), except those that can only say "premise failed" (``premise_failed``,
-``Check(..., None, ...)``): a premise is not a claim. A site whose verdict is the literal True
-cannot fail: it is never covered (build the ✓ and the ✗ from one expression, e.g.
-``holds(claim, after > before, ...)``).
+A lesson builds every check with ``id="<notebook>.<topic>.<claim>"``, a string literal in
+``helpers/lessons/`` (the constructors of ``helpers/classroom/checks.py`` that can return ✓ or ✗
+require it). :func:`lesson_ids` reads those literals from the source. The test files that call
+``assert_fails`` (``tests/lesson_checks.py``) run in a pytest subprocess with
+``tests/check_recorder.py``, which writes down the ids each *passing* test asserted failing. An id
+that no passing test asserted is red; so is an asserted id that no lesson writes. Nothing is
+matched by claim text, and a test that only counts ✗s credits no id.
 
-The test files that use a lesson's checks run in a pytest subprocess with ``tests/check_recorder.py``,
-which notes, for every check a *passing* test built, the call site in ``helpers/lessons/`` that built
-it, its verdict, and whether the test read that verdict. A site is covered when at least one of its
-checks came out ✗, a passing test read it (a ✗ built on the way and never looked at shows nothing),
-and that test names the claim (:func:`named`: a test that counts the ✗s names none). A ✗ is a
-claim judged on a held premise: a premise that fails, a NaN among them, gives "premise failed"
-(``helpers/classroom/checks.py``), which covers nothing. A site in a loop (one claim per stage,
-say) is covered by any of its claims, as they share
-the expression that decides the verdict. The subprocess makes the result
-independent of the order the tests run in, and of pytest-xdist (the plugin is loaded by every
-process, each writes its own record file). It takes about 9 s on 2 cores, most of it importing torch
-(the lesson tests themselves: about 1 s).
+The subprocess makes the result independent of the order the tests run in, and of pytest-xdist (the
+plugin is loaded by every process, each writes its own record file).
 """
 
 from __future__ import annotations
 
 import ast
-import functools
 import json
 import os
+import re
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -38,139 +28,45 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 LESSONS = ROOT / "helpers" / "lessons"
 
-#: Check sites allowed to have no failing case: ``(file name, source of the claim argument)`` ->
-#: why. Keep it empty: a check whose failure needs hardware this machine lacks (a GPU) is still
-#: tested with simulated or constructed values. An entry that is covered again makes the test fail.
-EXEMPT: dict[tuple[str, str], str] = {}
+#: ``<notebook>.<topic>.<claim>``: the notebook as the notebooks number themselves (00, 00b, 01 … 20),
+#: then lower-case words with underscores.
+ID = re.compile(r"(?:\d\d|00b)\.[a-z0-9_]+\.[a-z0-9_]+")
+#: A lesson module's docstring opens with its notebook: "Notebook 05 · worker start-up…".
+NOTEBOOK = re.compile(r"Notebook (\w+) ·")
 
 
-@dataclass(frozen=True)
-class Site:
-    """One call in a lesson module that builds a check."""
-
-    file: str  #: relative to the repository, e.g. "helpers/lessons/startup.py"
-    line: int
-    col: int
-    end_line: int
-    end_col: int
-    constructor: str  #: "at_least", "holds", "Check", …
-    claim: str  #: the source of the claim argument (a string, an f-string or a name)
-    always_passes: bool = False  #: its verdict is the literal True: it cannot fail
-
-    def contains(self, span: list[int | None]) -> bool:
-        line, end_line, col, end_col = span
-        if col is None or end_col is None:  # no column information: lines only
-            return self.line <= line and end_line <= self.end_line
-        return (self.line, self.col) <= (line, col) and (end_line, end_col) <= (self.end_line, self.end_col)
-
-    def size(self) -> tuple[int, int]:
-        return self.end_line - self.line, self.end_col - self.col
-
-    def __str__(self) -> str:
-        claim = self.claim if len(self.claim) <= 110 else self.claim[:107] + "..."
-        return f"{self.file}:{self.line}: {self.constructor}({claim}, ...)" + (
-            " — its verdict is the literal True: it cannot fail" if self.always_passes else "")
+def id_keywords(source: str) -> list[tuple[int, str, ast.expr]]:
+    """Every ``id=`` keyword of a call in ``source``: (line, the called function's name, the value)."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call):
+            name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", "?")
+            out += [(kw.lineno, name, kw.value) for kw in node.keywords if kw.arg == "id"]
+    return out
 
 
-def constructors() -> tuple[set[str], set[str]]:
-    """The functions of ``helpers/classroom/checks.py`` that return a :class:`Check`, with ``Check`` itself:
-    (those that can return a ✗, those that can only return "premise failed")."""
-    tree = ast.parse((ROOT / "helpers" / "classroom" / "checks.py").read_text())
-    can_fail, premise_only = {"Check"}, set()
-    for node in tree.body:
-        returns = getattr(node, "returns", None)
-        if isinstance(node, ast.FunctionDef) and isinstance(returns, ast.Name) and returns.id == "Check":
-            verdicts = [_passed_argument(call, "Check") for call in ast.walk(node)
-                        if _called_name(call) == "Check"]
-            only_none = verdicts and all(isinstance(v, ast.Constant) and v.value is None for v in verdicts)
-            (premise_only if only_none else can_fail).add(node.name)
-    return can_fail, premise_only
+def lesson_ids() -> dict[str, list[str]]:
+    """Every id a lesson writes -> where (``file:line``). Each must be a string literal."""
+    ids: dict[str, list[str]] = {}
+    for path in sorted(LESSONS.glob("*.py")):
+        for line, _, value in id_keywords(path.read_text()):
+            where = f"{path.relative_to(ROOT).as_posix()}:{line}"
+            assert isinstance(value, ast.Constant) and isinstance(value.value, str), \
+                f"{where}: id={ast.unparse(value)} is not a string literal"
+            ids.setdefault(value.value, []).append(where)
+    return ids
 
 
-def _called_name(node: ast.AST) -> str | None:
-    if isinstance(node, ast.Call):
-        if isinstance(node.func, ast.Name):
-            return node.func.id
-        if isinstance(node.func, ast.Attribute):
-            return node.func.attr
-    return None
-
-
-def _passed_argument(call: ast.Call, constructor: str) -> ast.expr | None:
-    """The argument that decides the verdict: ``Check``'s ``passed``, ``holds``'s ``ok``."""
-    position, keyword = {"Check": (2, "passed"), "holds": (1, "ok")}.get(constructor, (None, None))
-    if position is None:
-        return None
-    for kw in call.keywords:
-        if kw.arg == keyword:
-            return kw.value
-    return call.args[position] if len(call.args) > position else None
-
-
-def _claim_argument(call: ast.Call) -> str:
-    for kw in call.keywords:
-        if kw.arg == "claim":
-            return ast.unparse(kw.value)
-    return ast.unparse(call.args[0]) if call.args else "?"
-
-
-def check_sites(source: str, file: str) -> list[Site]:
-    """The calls in one lesson module (its source, its path) that build a check that can fail."""
-    can_fail, _ = constructors()
-    tree = ast.parse(source)
-    names: dict[str, str] = {}  # local name -> constructor, from `from ..checks import x as y`
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[-1] == "checks":
-            names.update({alias.asname or alias.name: alias.name for alias in node.names})
-    sites = []
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.Call):
-            continue
-        if isinstance(node.func, ast.Name):
-            constructor = names.get(node.func.id)
-        elif isinstance(node.func, ast.Attribute) and ast.unparse(node.func.value).split(".")[-1] == "checks":
-            constructor = node.func.attr  # checks.at_least(...), helpers.classroom.checks.at_least(...)
-        else:
-            constructor = None
-        if constructor not in can_fail:  # not a check (timing_noise_s, …), or only a premise
-            continue
-        passed = _passed_argument(node, constructor)
-        if isinstance(passed, ast.Constant) and passed.value is None:
-            continue  # Check(claim, measured, None, premise): a premise, not a claim
-        sites.append(Site(file, node.lineno, node.col_offset, node.end_lineno,
-                          node.end_col_offset, constructor, _claim_argument(node),
-                          isinstance(passed, ast.Constant) and passed.value is True))
-    return sites
-
-
-def all_check_sites() -> list[Site]:
-    """Every check site of every lesson module, by file and line."""
-    return sorted((site for path in LESSONS.glob("*.py")
-                   for site in check_sites(path.read_text(), path.relative_to(ROOT).as_posix())),
-                  key=lambda s: (s.file, s.line, s.col))
-
-
-def _uses_lesson_checks(node: ast.AST) -> bool:
-    if isinstance(node, ast.ImportFrom):  # from helpers.lessons import startup
-        return (node.module or "").startswith("helpers.lessons")
-    if isinstance(node, ast.Import):  # import helpers.lessons.startup
-        return any(alias.name.startswith("helpers.lessons") for alias in node.names)
-    if isinstance(node, ast.Attribute) and node.attr == "checks":  # helpers.lessons.startup.checks(...)
-        return ast.unparse(node.value).startswith("helpers.lessons.")
-    return False
-
-
-def lesson_test_files() -> list[Path]:
-    """The test files that import a lesson module or call a lesson's ``checks`` (a test that only uses
-    another helper of a lesson module, as ``test_timeline.py`` does, builds no check)."""
+def asserting_test_files() -> list[Path]:
+    """The test files that import :mod:`lesson_checks` (the only way a test can credit an id)."""
     return [path for path in sorted((ROOT / "tests").glob("test_*.py"))
             if path.name != Path(__file__).name
-            and any(_uses_lesson_checks(node) for node in ast.walk(ast.parse(path.read_text())))]
+            and re.search(r"^\s*(from lesson_checks import|import lesson_checks)", path.read_text(), re.M)]
 
 
-def run_lesson_tests(folder: Path, files: list[Path] | None = None) -> tuple[list[dict], str]:
-    """Runs the lesson tests (or ``files``) with the recorder: its records (one per check a passing
-    test built), and pytest's summary line ("81 passed in 0.9s")."""
+def run_recorded(folder: Path, files: list[Path] | None = None) -> tuple[list[dict], str]:
+    """Runs the test files that assert ids (or ``files``) with the recorder: its records, one per id a
+    passing test asserted failing, and pytest's summary line ("81 passed in 0.9s")."""
     env = {key: value for key, value in os.environ.items() if key != "PYTEST_ADDOPTS"}  # e.g. a -k of ours
     env.update(DLLAB_CHECK_RECORD_DIR=str(folder),
                # PYTEST_PLUGINS: loaded by every process of the run, pytest-xdist's workers too
@@ -178,9 +74,9 @@ def run_lesson_tests(folder: Path, files: list[Path] | None = None) -> tuple[lis
                PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), str(ROOT), os.environ.get("PYTHONPATH", "")]))
     # No nbmake: no notebook runs here, and its plugin imports nbformat and jsonschema's checks (~0.9 s).
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:nbmake",
-               *map(str, lesson_test_files() if files is None else files)]
+               *map(str, asserting_test_files() if files is None else files)]
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    # 0: all passed; 1: some failed (their records are left out, so their sites show as uncovered)
+    # 0: all passed; 1: some failed (they record nothing, so their ids show as not asserted)
     assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr[-3000:]
     records = []
     for path in sorted(folder.glob("records-*.jsonl")):
@@ -189,204 +85,107 @@ def run_lesson_tests(folder: Path, files: list[Path] | None = None) -> tuple[lis
     return records, lines[-1].strip("= ") if lines else "no output"
 
 
-def site_of(record: dict, sites: list[Site]) -> Site | None:
-    """The innermost site whose call contains the instruction that built the check."""
-    containing = [s for s in sites if s.file == record["file"] and s.contains(record["span"])]
-    return min(containing, key=Site.size, default=None)
+def test_every_id_is_a_literal_named_for_its_notebook():
+    ids = lesson_ids()
+    assert len(ids) >= 40, f"too few ids found: {sorted(ids)}"
+    bad = [f"{id} ({', '.join(where)})" for id, where in ids.items() if not ID.fullmatch(id)]
+    assert not bad, "ids not of the form <notebook>.<topic>.<claim> (lower case, dots, underscores):\n" + \
+        "\n".join(bad)
+    for path in LESSONS.glob("*.py"):
+        number = NOTEBOOK.search(ast.get_docstring(ast.parse(path.read_text())) or "")
+        written = {value.value for _, _, value in id_keywords(path.read_text())}
+        if written:
+            assert number, f"{path.name}: its docstring names no notebook ('Notebook NN · …')"
+            assert all(id.split(".")[0] == number.group(1) for id in written), (path.name, sorted(written))
 
 
-#: The shortest piece of a claim a test may name it by (a claim shorter than this: the whole claim).
-NAME_CHARS = 12
+def test_an_id_is_judged_in_one_place():
+    # One id, one claim: the call that judges it is written once (in a loop, it judges every instance);
+    # the same id on premise_failed(...) names the claim where the run cannot test it.
+    judged: dict[str, list[str]] = {}
+    for path in sorted(LESSONS.glob("*.py")):
+        for line, name, value in id_keywords(path.read_text()):
+            if name != "premise_failed":
+                judged.setdefault(value.value, []).append(f"{path.name}:{line}")
+    twice = {id: where for id, where in judged.items() if len(where) > 1}
+    assert not twice, twice
+    only_premise = set(lesson_ids()) - set(judged)
+    assert not only_premise, f"ids only ever given to premise_failed: {sorted(only_premise)}"
 
 
-def _strings(node: ast.AST) -> set[str]:
-    """The string literals in ``node``, with the literal parts of its f-strings."""
-    return {n.value for n in ast.walk(node) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+def missing_ids(ids: dict[str, list[str]], records: list[dict]) -> list[str]:
+    """The ids no record shows asserted failing by a passing test."""
+    return sorted(set(ids) - {r["id"] for r in records})
 
 
-@functools.cache
-def names_in_test(test_file: str, function: str) -> frozenset[str]:
-    """The strings a test function names claims by: its own literals (decorators included) and
-    those of the module-level names it uses (``CLAIM = "..."``, a tuple of claims, a function of the
-    test file that picks a claim by its words)."""
-    tree = ast.parse(Path(test_file).read_text())
-    module_values: dict[str, set[str]] = {}
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name != function:
-            module_values.setdefault(node.name, set()).update(_strings(node))
-        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            for target in targets:
-                for name in ast.walk(target):
-                    if isinstance(name, ast.Name):
-                        module_values.setdefault(name.id, set()).update(_strings(node.value))
-    found: set[str] = set()
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == function:
-            found |= _strings(node)
-            for name in ast.walk(node):
-                if isinstance(name, ast.Name) and isinstance(name.ctx, ast.Load):
-                    found |= module_values.get(name.id, set())
-    return frozenset(found)
+def test_every_lesson_check_is_shown_failing_by_its_id(tmp_path):
+    ids = lesson_ids()
+    records, outcome = run_recorded(tmp_path)
+    asserted = {r["id"] for r in records}
+    assert asserted, f"no test asserted any id: did the lesson tests run? ({outcome})"
+    missing = missing_ids(ids, records)
+    if missing:
+        pytest.fail(f"{len(missing)} of {len(ids)} lesson checks are never asserted failing (assert_fails) "
+                    f"by a passing test (the tests: {outcome}):\n"
+                    + "\n".join(f"- {id} ({', '.join(ids[id])})" for id in missing), pytrace=False)
+    unknown = sorted(asserted - set(ids))
+    assert not unknown, f"tests assert ids no lesson writes: {unknown}"
 
 
-def named(record: dict) -> bool:
-    """Whether the test that read this ✗ names its claim: a literal of the test (or a module-level
-    constant it uses) is the claim, or a piece of it at least :data:`NAME_CHARS` long. A test that
-    reads every verdict and counts the ✗s (``len(failing(...)) == 3``) names none."""
-    claim = record["claim"]
-    return any(text == claim or (len(text) >= min(NAME_CHARS, len(claim)) and text in claim)
-               for text in names_in_test(record["test_file"], record["test_function"]))
+_RECORDED = '''
+import pytest
+from lesson_checks import assert_fails
+
+from helpers.classroom.checks import at_least, holds
 
 
-def test_the_site_finder_knows_the_constructors():
-    can_fail, premise_only = constructors()
-    assert {"Check", "holds", "at_least", "at_most", "near", "exceeds", "clearly_above"} <= can_fail
-    assert premise_only == {"premise_failed"}
-    source = ("from ..checks import Check, holds as h, premise_failed\n"
-              "a = [h('x', n > 1, ''), Check('y', '', True), premise_failed('z', '', 'no GPU'),\n"
-              "     Check('w', '', None, 'no GPU')]\n")
-    sites = check_sites(source, "helpers/lessons/example.py")
-    assert [(s.constructor, s.claim, s.always_passes) for s in sites] == [
-        ("holds", "'x'", False), ("Check", "'y'", True)]
+def failing(checks):
+    return [c.claim for c in checks if c.passed is False]
 
 
-def test_every_lesson_check_has_a_failing_case(tmp_path):
-    sites = all_check_sites()
-    assert len(sites) > 100, "the site finder found too few checks"
-    records, outcome = run_lesson_tests(tmp_path)
-    assert records, f"the recorder saw no check: did the lesson tests run? ({outcome})"
-    failed = [r for r in records if r["passed"] is False and r["read"] and named(r)]
-    unplaced = [r for r in failed if site_of(r, sites) is None]
-    if unplaced:
-        pytest.fail("checks built where the site finder does not look (a constructor it does not know?):\n"
-                    + "\n".join(f"- {r['file']}:{r['span'][0]}: {r['claim']}" for r in unplaced),
-                    pytrace=False)
-    covered = {site_of(r, sites) for r in failed}
-    unread = {site_of(r, sites) for r in records if r["passed"] is False and not r["read"]}
-    unnamed = {site_of(r, sites) for r in records if r["passed"] is False and r["read"] and not named(r)}
-    claims: dict[Site, set[str]] = {}
-    for r in records:  # the claims each site was seen to make, to name them in the message
-        site = site_of(r, sites)
-        if site is not None:
-            claims.setdefault(site, set()).add(r["claim"])
-    uncovered = [s for s in sites if s not in covered and (Path(s.file).name, s.claim) not in EXEMPT]
-    if uncovered:
-        pytest.fail(
-            f"{len(uncovered)} of {len(sites)} lesson checks never fail in a passing unit test "
-            f"(add a configuration where the lesson is false; the lesson tests: {outcome}):\n"
-            + "\n".join(f"- {s}" + (" — a test read its ✗ but never named the claim" if s in unnamed
-                                    else " — a test built its ✗ but never read the verdict" if s in unread
-                                    else "")
-                        + "".join(f"\n    claim: {c}" for c in sorted(claims.get(s, ())))
-                        for s in uncovered), pytrace=False)
-    stale = [key for key in EXEMPT if not any((Path(s.file).name, s.claim) == key for s in sites)
-             or any((Path(s.file).name, s.claim) == key for s in covered)]
-    assert not stale, f"exempt, yet covered now or gone (remove from EXEMPT): {stale}"
+CHECKS = [holds("a claim", False, "measured", id="99.example.counted"),
+          at_least("another", 1.0, 2.0, id="99.example.asserted"),
+          at_least("a third", 1.0, 2.0, id="99.example.asserted_then_the_test_fails"),
+          holds("not measured", False, "nan", id="99.example.premise", inputs=(float("nan"),))]
 
 
-_READS = r"""
-import os
-
-import helpers.lessons
-from helpers.classroom.checks import LessonChecks, holds
-
-# A check built from a frame the recorder takes for a lesson module's (the file need not exist).
-SITE = os.path.join(os.path.dirname(helpers.lessons.__file__), "recorder_example.py")
+def test_counts_the_failures():  # every ✗ read, none named
+    assert len(failing(CHECKS)) == 3
 
 
-def build(source):
-    namespace = {"holds": holds}
-    exec(compile(source, SITE, "exec"), namespace)
-    return namespace["made"]
+def test_asserts_one_id():
+    assert assert_fails(CHECKS, "99.example.asserted").claim == "another"
 
 
-def test_read_directly():
-    assert build("made = holds('read directly', False, '')").passed is False
+def test_asserts_an_id_and_then_fails():
+    assert_fails(CHECKS, "99.example.asserted_then_the_test_fails")
+    assert False
 
 
-def test_read_through_lesson_checks():
-    assert LessonChecks([build("made = holds('read through LessonChecks', False, '')")]).failed()
-
-
-def test_built_and_never_read():
-    build("made = holds('never read', False, '')")
-
-
-def test_read_only_by_the_lesson():
-    build("made = holds('read by the lesson', False, ''); made.passed")
-
-
-# A comparison built as a check, its verdict folded into the check the learner sees (bugs.py does this)
-FOLDED = ("step = holds('{0}: the comparison', False, '')\n"
-          "made = holds('{0}: the claim shown', step.passed, '')")
-
-
-def test_folded_and_the_shown_check_read():
-    assert build(FOLDED.format("folded, read")).passed is False
-
-
-def test_folded_and_the_shown_check_never_read():
-    build(FOLDED.format("folded, unread"))
-"""
-
-
-def test_a_failing_check_counts_only_where_the_test_reads_its_verdict(tmp_path):
-    # The recorder against tests that each build a ✗ from a lesson's frame: only those whose test reads
-    # the verdict (directly, or through LessonChecks) are marked read, and a comparison the lesson
-    # folded into the check it shows only when the test reads that check.
-    example = tmp_path / "test_reads.py"
-    example.write_text(_READS)
-    folder = tmp_path / "records"
-    folder.mkdir()
-    records, outcome = run_lesson_tests(folder, [example])
-    read = {r["claim"]: r["read"] for r in records}
-    assert read == {"read directly": True, "read through LessonChecks": True, "never read": False,
-                    "read by the lesson": False,
-                    "folded, read: the comparison": True, "folded, read: the claim shown": True,
-                    "folded, unread: the comparison": False, "folded, unread: the claim shown": False}, \
-        (read, outcome)
-
-
-_NAMING = '''
-CLAIM = "a claim kept in a module constant"
-
-
-def pick(checks):
-    return [c for c in checks if "picked by a helper of the file" in c.claim]
-
-
-def test_named_in_full():
-    assert failing(checks) == ["a claim named in full by the test"]
-
-
-def test_named_by_a_piece():
-    assert any(c.startswith("named by a piece") for c in failing(checks))
-
-
-def test_counted():  # what main_process.py's checks had: the ✗s counted, none named
-    assert len(failing(main_process_case(sweep={5: 0.018, 1: 0.04}))) == 3
-
-
-def test_by_constant():
-    assert CLAIM in failing(checks)
-
-
-def test_by_helper():
-    (check,) = pick(checks)
+def test_a_failed_premise_is_not_a_failure():
+    with pytest.raises(AssertionError, match="did not fail"):
+        assert_fails(CHECKS, "99.example.premise")
 '''
 
 
-def test_a_failing_check_counts_only_where_the_test_names_its_claim(tmp_path):
-    example = tmp_path / "test_naming.py"
-    example.write_text(_NAMING)
+def test_only_a_passing_test_s_assert_fails_credits_an_id(tmp_path):
+    example = tmp_path / "test_recorded.py"
+    example.write_text(_RECORDED)
+    folder = tmp_path / "records"
+    folder.mkdir()
+    records, outcome = run_recorded(folder, [example])
+    assert "1 failed, 3 passed" in outcome, outcome
+    assert [(r["id"], r["test"].split("::")[-1]) for r in records] == [
+        ("99.example.asserted", "test_asserts_one_id")], records
 
-    def is_named(claim, function):
-        return named({"claim": claim, "test_file": str(example), "test_function": function})
 
-    assert is_named("a claim named in full by the test", "test_named_in_full")
-    assert is_named("named by a piece of its words, the rest measured: 3.2 ms", "test_named_by_a_piece")
-    assert not is_named("5 workers: the time per batch is the model's floor y + m, not n/5", "test_counted")
-    assert not is_named("a claim named in full by the test", "test_counted")  # named by another test only
-    assert is_named("a claim kept in a module constant", "test_by_constant")
-    assert is_named("a claim picked by a helper of the file, and more", "test_by_helper")
+def test_a_file_that_only_counts_failures_credits_nothing(tmp_path):
+    example = tmp_path / "test_counting.py"
+    example.write_text(_RECORDED.split("\n\ndef test_asserts_one_id")[0])
+    folder = tmp_path / "records"
+    folder.mkdir()
+    records, outcome = run_recorded(folder, [example])
+    assert "1 passed" in outcome and records == [], (outcome, records)
+    # so the coverage test is red for the ids it only counted
+    built = {"99.example.counted": ["example"], "99.example.asserted": ["example"]}
+    assert missing_ids(built, records) == ["99.example.asserted", "99.example.counted"]

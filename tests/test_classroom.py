@@ -134,8 +134,8 @@ def test_a_failed_lesson_check_or_a_crash_costs_no_page_and_the_build_fails_nami
     _notebook(source / "02_check_fails.ipynb", "print('before the check')",
               "import ipywidgets\nipywidgets.IntSlider(value=7, description='picked')",
               "from helpers.classroom.checks import Check, show_checks\n"
-              "show_checks([Check('workers run ahead', '0 batches ahead', False),\n"
-              "             Check('it runs', 'yes', True)])",
+              "show_checks([Check('workers run ahead', '0 batches ahead', False, id='03.example.ahead'),\n"
+              "             Check('it runs', 'yes', True, id='03.example.runs')])",
               "print('after', 'the check')")
     _notebook(source / "03_crashes.ipynb", "print('started')", "import os\nos._exit(1)", "print('never')")
     code = handouts.main(["--cdn", "--quick", "--source", str(source), "--out", str(out)])

@@ -1,13 +1,17 @@
-"""Every notebook's lesson checks hold on a configuration where the lesson is true, and fail
-(each of them) on one where it is not. Runs are simulated (helpers.simulate → Timeline), so the
-configurations are exact and the tests fast; the notebooks run the same checks on real runs."""
+"""Every notebook's lesson checks hold on a configuration where the lesson is true, and each of them
+fails, named by its id (``assert_fails``), on one where its claim is false and its premise holds.
+Runs are simulated (helpers.simulate → Timeline), so the configurations are exact and the tests
+fast; the notebooks run the same checks on real runs. What a lesson shows as an ``Expected`` row
+(the model's prediction for the lab's own workload) is tested for the numbers it carries."""
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 
 import pytest
+from lesson_checks import assert_fails, checks_of, expected_of, verdict, with_id
 
 import helpers
 from conftest import make_loader
@@ -16,231 +20,182 @@ from helpers.lessons import baseline
 N, Y = 0.2, 0.05  # the blog experiment in smoke sizes: 0.2 s per item, a 0.05 s step
 
 
-def simulated_runs(batch_load_s=N, step_s=Y, main_s=0.0, first_load_s=None, counts=range(5), items=16):
+def simulated_runs(batch_load_s=N, step_s=Y, main_s=0.0, first_load_s=None, counts=range(5), items=16,
+                   startup_s=None):
     runs = {}
     for x in counts:
         loads = [batch_load_s] * items
         if first_load_s is not None and x > 0:
             loads[0] = first_load_s(x)
+        start = (startup_s(x) if startup_s else 0.01) if x else 0.0
         runs[x] = helpers.as_timeline(
-            helpers.simulate(items, loads, step_s, x, startup_s=0.01 if x else 0.0, main_s=main_s),
+            helpers.simulate(items, loads, step_s, x, startup_s=start, main_s=main_s),
             num_workers=x,
         )
     return runs
 
 
-def verdicts(checks):
-    return {c.claim: c.passed for c in checks}
+def passed(rows):
+    """Whether every check among the rows held (✓), none failed or was left untested."""
+    return all(c.passed is True for c in checks_of(rows))
 
 
-def failing(checks):
-    return [c.claim for c in checks if c.passed is False]
+def failing(rows):
+    return [c.id for c in checks_of(rows) if c.passed is False]
 
 
 # -- the check constructors ---------------------------------------------------------------------
-def test_a_missing_measurement_is_a_failed_premise_not_a_failed_claim():
+def _constructors():
+    """Every function of helpers/classroom/checks.py that builds a check it can judge (``id`` required)."""
     from helpers.classroom import checks
 
-    nan = float("nan")
-    for made in (checks.near("c", nan, 1.0, rel=0.1), checks.near("c", 1.0, nan, rel=0.1),
-                 checks.at_least("c", nan, 1.0), checks.at_most("c", 1.0, math.inf),
-                 checks.exceeds("c", nan, 1.0, gap=0.5, noise=0.0),
-                 checks.clearly_above("c", nan, 1.0, noise=0.0),
-                 checks.no_effect("c", nan, 1.0, rel=0.1, noise=0.0, effect=0.5)):
-        assert made.passed is None and made.premise == checks.UNMEASURED, made
-    assert checks.near("c", 2.0, 1.0, rel=0.1, unit="×").passed is False  # measured, and off: ✗
+    return {name: f for name, f in vars(checks).items()
+            if inspect.isfunction(f) and f.__module__ == checks.__name__
+            and (p := inspect.signature(f).parameters.get("id")) is not None and p.default is p.empty}
+
+
+def test_nan_or_inf_among_the_inputs_is_a_failed_premise_in_every_constructor():
+    from helpers.classroom import checks
+
+    nan, inf = float("nan"), math.inf
+    made = {
+        "near": [checks.near("c", nan, 1.0, rel=0.1, id="x"), checks.near("c", 1.0, inf, rel=0.1, id="x"),
+                 checks.near("c", 1.0, 1.0, rel=0.1, noise_s=nan, id="x")],
+        "at_least": [checks.at_least("c", nan, 1.0, id="x"), checks.at_least("c", 1.0, -inf, id="x")],
+        "at_most": [checks.at_most("c", 1.0, inf, id="x"), checks.at_most("c", nan, 1.0, id="x")],
+        "exceeds": [checks.exceeds("c", nan, 1.0, gap=0.5, noise=0.0, id="x"),
+                    checks.exceeds("c", 2.0, 1.0, gap=0.5, noise=nan, id="x")],
+        "clearly_above": [checks.clearly_above("c", nan, 1.0, noise=0.0, id="x"),
+                          checks.clearly_above("c", 2.0, 1.0, noise=inf, id="x")],
+        "no_effect": [checks.no_effect("c", nan, 1.0, rel=0.1, noise=0.0, effect=0.5, id="x"),
+                      checks.no_effect("c", 1.0, 1.0, rel=0.1, noise=0.0, effect=nan, id="x")],
+        # holds: a comparison with NaN is False, which must not read as ✗
+        "holds": [checks.holds("c", nan > 1.0, "nan", id="x", inputs=(nan, 1.0)),
+                  checks.holds("c", True, "inf", id="x", inputs=[inf]),
+                  checks.holds("c", False, "none", id="x", inputs=(None,))],
+    }
+    assert set(made) == set(_constructors()), "a constructor without a NaN case here"
+    for name, built in made.items():
+        for check in built:
+            assert check.passed is None and check.premise == checks.UNMEASURED and check.id == "x", \
+                (name, check)
+    # measured, and off: ✗
+    assert checks.near("c", 2.0, 1.0, rel=0.1, unit="×", id="x").passed is False
+    assert checks.holds("c", 2.0 > 3.0, "2 vs 3", id="x", inputs=(2.0, 3.0)).passed is False
+
+
+def test_every_constructor_that_judges_requires_an_id():
+    from helpers.classroom import checks
+
+    assert set(_constructors()) == {"near", "at_least", "at_most", "exceeds", "clearly_above", "no_effect",
+                                    "holds"}
+    for f in _constructors().values():
+        assert inspect.signature(f).parameters["id"].kind is inspect.Parameter.KEYWORD_ONLY
+    with pytest.raises(TypeError, match="id"):
+        checks.Check("c", "m", True)
+    with pytest.raises(TypeError, match="id"):
+        checks.holds("c", True, "m")
+    assert checks.premise_failed("c", "m", "no GPU").id == ""  # a premise names no claim of its own
 
 
 def test_no_effect_is_judged_only_where_the_effect_would_show():
     from helpers.classroom import checks
 
     # a 16 ms effect against a tolerance of 4 ms: judged both ways
-    assert checks.no_effect("c", 0.021, 0.020, rel=0.2, noise=0.0, effect=0.016).passed is True
-    assert checks.no_effect("c", 0.036, 0.020, rel=0.2, noise=0.0, effect=0.016).passed is False
+    assert checks.no_effect("c", 0.021, 0.020, rel=0.2, noise=0.0, effect=0.016, id="x").passed is True
+    assert checks.no_effect("c", 0.036, 0.020, rel=0.2, noise=0.0, effect=0.016, id="x").passed is False
     # noise of 6 ms: the tolerance (18 ms) would swallow the 16 ms effect: not judged
-    blind = checks.no_effect("c", 0.021, 0.020, rel=0.2, noise=0.006, effect=0.016)
+    blind = checks.no_effect("c", 0.021, 0.020, rel=0.2, noise=0.006, effect=0.016, id="x")
     assert blind.passed is None and "could not tell no effect from one" in blind.premise
 
 
+def test_show_checks_renders_both_tables_and_raises_only_on_a_failed_claim(monkeypatch, capsys):
+    import IPython.display
+
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", lambda obj: shown.append(obj))
+    from helpers.classroom import checks
+
+    good = checks.holds("a true claim", True, "1 == 1", id="01.example.true")
+    bad = checks.holds("a false claim", False, "1 != 2", id="01.example.false")
+    untested = checks.premise_failed("an untested claim", "0.4 cores free", "needs 2 free cores")
+    row = checks.Expected("a sleep's time per batch", 0.251, 0.25)
+    helpers.show_checks([good, untested, row])
+    page = shown[0]._repr_html_()
+    assert "premise failed" in page and "✓" in page and "title='01.example.true'" in page
+    assert page.index("<th>verdict</th>") < page.index(checks.EXPECTED_HEADING.split("'")[0])
+    assert "251.0 ms" in page and "250.0 ms" in page and page.count("<th>verdict</th>") == 1
+    assert "all lesson checks passed: 1 claim held, 1 could not be tested" in capsys.readouterr().out
+    with pytest.raises(helpers.LessonCheckFailed, match="a false claim .*01.example.false"):
+        helpers.show_checks([good, bad, row])
+    # a notebook with no check left: its rows are shown, nothing raises, and it says so
+    helpers.show_checks([row, checks.Expected("a count", 3.0, "3", unit="", note="all of them")])
+    assert "no lesson check here" in capsys.readouterr().out
+    assert "3 — all of them" in str(shown[-1])
+    assert "not measured" in checks.Expected("x", math.nan, 1.0).row()[1]
+
+
 # -- 01 · the baseline loop ------------------------------------------------------------------------
-def test_baseline_checks_pass_when_the_lesson_holds():
-    checks = baseline.checks(simulated_runs(), N, Y)
-    assert len(checks) >= 12 and failing(checks) == [] and not [c for c in checks if c.passed is None]
+def test_baseline_checks_pass_and_show_the_model_beside_the_runs():
+    rows = baseline.checks(simulated_runs(), N, Y)
+    assert passed(rows) and [c.id for c in checks_of(rows)] == ["01.first_batch.no_sooner_with_more_workers"]
+    expected = expected_of(rows)
+    assert expected["0 workers: the time per batch, n + y"].expected == pytest.approx(N + Y)
+    assert expected["3 workers: the time per batch, max(n/x, y)"].expected == pytest.approx(N / 3)
+    assert expected["3 workers: the time per batch, max(n/x, y)"].measured == pytest.approx(N / 3)
+    assert expected["2 workers: the short interval, the step alone"].expected == pytest.approx(Y)
+    assert expected["2 workers: the long interval, n − y (waiting for the next pair)"].expected \
+        == pytest.approx(N - Y)
+    # loads of half the stated time: the rows show the miss, and nothing raises
+    off = expected_of(baseline.checks(simulated_runs(batch_load_s=N / 2), N, Y))
+    assert off["1 worker: the time per batch, max(n/x, y)"].measured == pytest.approx(N / 2)
 
 
-def test_baseline_checks_fail_when_the_load_is_not_what_the_lesson_says():
-    # The loader's items load in half the time the lesson assumes: sync and model claims fail.
-    failed = failing(baseline.checks(simulated_runs(batch_load_s=N / 2), N, Y))
-    assert "0 workers: every batch costs load + step" in failed
-    assert "1 worker: the time per batch is max(n/x, y)" in failed
-    assert "2 workers: the long interval is n − y (waiting for the next pair)" in failed
+def test_baseline_first_batch_check_fails_if_workers_split_the_first_batch():
+    # If x workers built the first batch together it would come after n / x.
+    rows = baseline.checks(simulated_runs(first_load_s=lambda x: N / x), N, Y)
+    failed = assert_fails(rows, "01.first_batch.no_sooner_with_more_workers")
+    assert failed.claim.startswith("4 workers: the first batch comes no sooner")
 
 
-def with_stops(runs, to_first_s=0.0, in_iter_s=0.0, iter_returns_late_s=0.0, per_batch_after_s=0.0):
-    """The runs as recorded under a CPU quota that stopped the group ``in_iter_s`` while iter() ran,
-    ``to_first_s`` from then to each run's first batch and ``per_batch_after_s`` a batch after it
-    (what record() reads from cgroup cpu.stat); ``iter_returns_late_s``: iter() returned that long
-    after the first batch's load began."""
-    def epoch(tl, e):
-        late = (max(e.iter_end, tl.batches[0].fetch_start + iter_returns_late_s) if iter_returns_late_s
-                else e.iter_end)
-        after = per_batch_after_s * (len(tl.epoch_batches(e.epoch)) - 1)
-        return dataclasses.replace(e, iter_end=late, stopped_s=to_first_s + in_iter_s + after,
-                                   stopped_in_iter_s=in_iter_s, stopped_to_first_s=to_first_s)
-    return {x: dataclasses.replace(tl, epochs=[epoch(tl, e) for e in tl.epochs]) for x, tl in runs.items()}
+def with_stops(runs, to_first_s=0.0, in_iter_s=0.0):
+    """The runs as recorded under a CPU quota that stopped the group ``in_iter_s`` while iter() ran and
+    ``to_first_s`` from then to each run's first batch (what record() reads from cgroup cpu.stat)."""
+    def epoch(e):
+        return dataclasses.replace(e, stopped_s=to_first_s + in_iter_s, stopped_in_iter_s=in_iter_s,
+                                   stopped_to_first_s=to_first_s)
+    return {x: dataclasses.replace(tl, epochs=[epoch(e) for e in tl.epochs]) for x, tl in runs.items()}
 
 
-def with_interval_stops(tl, stopped_in, later_by=None):
-    """``tl`` as recorded under a CPU quota that stopped the group ``stopped_in(k)`` s within the
-    interval ending at batch ``k``'s step (what record() reads from cgroup cpu.stat after each step);
-    ``later_by(k)``: that step ended so much later (a stop delayed the loop's wake-up)."""
-    later_by = later_by or (lambda k: 0.0)
-    total, batches = 0.0, []
-    for k, b in enumerate(tl.batches):
-        total += stopped_in(k) if k else 0.0
-        batches.append(dataclasses.replace(b, step_end=b.step_end + later_by(k), stopped=total))
-    return dataclasses.replace(tl, batches=batches)
+def test_baseline_first_batch_is_set_aside_where_start_up_made_the_1_worker_run_late():
+    claim_id = "01.first_batch.no_sooner_with_more_workers"
+    # spawn: the first worker to import torch came up 0.5 s after iter(), the later ones in 10 ms
+    late_start = simulated_runs(startup_s=lambda x: 0.5 if x == 1 else 0.01)
+    (check,) = with_id(baseline.checks(late_start, N, Y), claim_id)
+    assert check.passed is None and "worker was up 490 ms later" in check.premise
+    # the same start-up, and a first batch split among the workers as well: the start-up explains only
+    # part of how early it came (490 of 540 ms): judged, and it fails
+    assert_fails(baseline.checks(simulated_runs(startup_s=lambda x: 0.5 if x == 1 else 0.01,
+                                                first_load_s=lambda x: N / x), N, Y), claim_id)
+    # a CPU quota's stops before the 1-worker run's first batch cover its lateness: set aside; too few
+    # stops to cover it, or none read (no quota): judged, and the split batch fails
+    split = simulated_runs(first_load_s=lambda x: N / x)
+    (covered,) = with_id(baseline.checks(with_stops(split, to_first_s=0.5 * N, in_iter_s=0.05 * N), N, Y),
+                         claim_id)
+    assert covered.passed is None and "stopped this process's group for 110 ms" in covered.premise
+    assert_fails(baseline.checks(with_stops(split, to_first_s=0.01 * N), N, Y), claim_id)
+    # a later start with more workers (fork: each is forked in turn) is what the lesson says: it holds
+    assert verdict(baseline.checks(simulated_runs(startup_s=lambda x: 0.01 * x), N, Y), claim_id) is True
 
 
-def test_baseline_pair_intervals_off_are_set_aside_only_where_the_quota_stopped_the_group():
-    # Inside half a CPU "the short interval is the step alone" can read 76-79 ms against 50 ± 15
-    # while the quota's stops per batch, a mean over the run, are smaller than the miss: they fall in
-    # some intervals, and those set the median.
-    short_claim = "2 workers: the short interval is the step alone"
-    long_claim = "2 workers: the long interval is n − y (waiting for the next pair)"
-    runs = simulated_runs()
-    short, _ = baseline.pair_positions(runs[2])
-    assert all(abs(interval - Y) < 1e-9 for interval, _ in short)
-    # the interval ending at batch k's step: 26 ms longer in 5 of the 8 short ones (the long ones after
-    # them shorter), so their median reads 76 ms, 11 ms beyond the 15 allowed; the quota's stops per
-    # batch (5 × 12 ms over 15) 4 ms
-    b = runs[2].batches
-    short_ends = [k for k in range(1, len(b)) if abs(b[k].step_end - b[k - 1].step_end - Y) < 1e-9][:5]
-    assert len(short) == 8 and len(short_ends) == 5
-
-    def lengthened(stopped_in):
-        return with_interval_stops(runs[2], stopped_in, lambda k: 0.026 if k in short_ends else 0.0)
-
-    def judged(base, two):  # the checks with this 2-worker run
-        return {c.claim: c for c in baseline.checks({**base, 2: two}, N, Y)}
-    # stops of at least the miss in exactly the lengthened intervals: those set aside, the rest judged
-    within = judged(runs, lengthened(lambda k: 0.012 if k in short_ends else 0.0))
-    assert within[short_claim].passed is True and "5 of 8" in within[short_claim].measured, within
-    assert within[long_claim].passed is True
-    # stops there shorter than the miss, or elsewhere, or none (no quota): judged, and the short one fails
-    assert judged(runs, lengthened(lambda k: 0.008 if k in short_ends else 0.0))[short_claim].passed is False
-    beside = lengthened(lambda k: 0.012 if k + 1 in short_ends else 0.0)
-    assert judged(runs, beside)[short_claim].passed is False
-    assert judged(runs, lengthened(lambda k: 0.0))[short_claim].passed is False
-    everywhere = lengthened(lambda k: 0.012)
-    unread = dataclasses.replace(everywhere, batches=[dataclasses.replace(b, stopped=None)
-                                                      for b in everywhere.batches])
-    assert judged(runs, unread)[short_claim].passed is False
-    # items that load in half the time: every long interval off (0.05 s against 0.15 ± 0.03, 70 ms
-    # beyond). Stopped that long within each: too few left to judge; within every other one: the rest
-    # judged, and they fail
-    off = simulated_runs(batch_load_s=N / 2)
-    covered = judged(off, with_interval_stops(off[2], lambda k: 0.08))
-    assert covered[long_claim].passed is None and "fewer than 2 left" in covered[long_claim].premise
-    some = judged(off, with_interval_stops(off[2], lambda k: 0.08 if k % 4 < 2 else 0.0))
-    assert some[long_claim].passed is False and "set aside" in some[long_claim].measured, some[long_claim]
-    assert long_claim in failing(baseline.checks(off, N, Y))  # no quota
-    # stops where the lesson holds change nothing
-    held = judged(runs, with_interval_stops(runs[2], lambda k: 0.08))
-    assert held[short_claim].passed is True and held[long_claim].passed is True
+def test_baseline_first_batch_needs_a_1_worker_run_and_one_with_more():
+    runs = simulated_runs(counts=[0, 2, 4])
+    assert verdict(baseline.checks(runs, N, Y), "01.first_batch.no_sooner_with_more_workers") is None
 
 
-def test_baseline_first_batch_late_is_set_aside_only_when_the_quotas_stops_cover_it():
-    # make quota QUOTA=0.5: the first batch 238.7 ms after start against 200 ± 30
-    claim = "2 workers: the first batch comes one whole batch load after iter() has started every worker " \
-            "and its own worker is up"
-    late = simulated_runs(first_load_s=lambda x: 1.2 * N)  # 0.2 N late, ~0.05 N more than allowed
-    covered = {c.claim: c for c in baseline.checks(with_stops(late, to_first_s=0.2 * N), N, Y)}
-    assert covered[claim].passed is None
-    assert f"stopped this process's group for {0.2 * N * 1e3:.0f} ms" in covered[claim].premise
-    # stops too short to explain the lateness, or no quota at all (None): judged, and late fails
-    assert claim in failing(baseline.checks(with_stops(late, to_first_s=0.01 * N), N, Y))
-    assert claim in failing(baseline.checks(late, N, Y))
-    # early (the workers building the first batch together: n / x) is judged whatever the stops
-    early = simulated_runs(first_load_s=lambda x: N / x)
-    assert claim in failing(baseline.checks(with_stops(early, to_first_s=N, in_iter_s=N), N, Y))
-
-
-def test_baseline_first_batch_early_is_set_aside_only_when_iter_returned_late_within_the_stops():
-    # Inside half a CPU: 126.9 ms against 200 ± 30 - iter() has sent the first
-    # indices, is stopped, and returns while the worker is already loading
-    claim = "2 workers: the first batch comes one whole batch load after iter() has started every worker " \
-            "and its own worker is up"
-    runs = simulated_runs()
-    covered = {c.claim: c for c in baseline.checks(with_stops(runs, in_iter_s=0.4 * N,
-                                                              iter_returns_late_s=0.4 * N), N, Y)}
-    assert covered[claim].passed is None and "while iter() ran" in covered[claim].premise
-    # too few stops inside iter(), or none read (no quota): judged, and early fails
-    assert claim in failing(baseline.checks(with_stops(runs, in_iter_s=0.05 * N, iter_returns_late_s=0.4 * N),
-                                            N, Y))
-    # the n / x bug with a load that began just before iter() returned: not the stop's doing, fails
-    early = simulated_runs(first_load_s=lambda x: N / x)
-    assert claim in failing(baseline.checks(with_stops(early, in_iter_s=N, iter_returns_late_s=0.001), N, Y))
-    late_iter = with_stops(runs, iter_returns_late_s=0.4 * N)
-    unread = dict(stopped_s=None, stopped_in_iter_s=None, stopped_to_first_s=None)
-    no_quota = {x: dataclasses.replace(tl, epochs=[dataclasses.replace(e, **unread) for e in tl.epochs])
-                for x, tl in late_iter.items()}
-    assert claim in failing(baseline.checks(no_quota, N, Y))
-
-
-def test_baseline_checks_fail_when_the_loop_has_work_of_its_own():
-    # 20 ms of main-process work per batch: with the recommended workers the loop is not at y.
-    failed = failing(baseline.checks(simulated_runs(main_s=0.02), N, Y))
-    assert "the rule x = n / y = 4: with 4 workers the loop steps at the step time" in failed
-    assert "4 workers: the time per batch is max(n/x, y)" in failed
-
-
-def test_baseline_checks_fail_when_the_workers_are_much_faster_than_the_loop():
-    # Items that load in 1 ms: no alternation, and no batch is being built while the loop steps.
-    failed = failing(baseline.checks(simulated_runs(batch_load_s=0.001), N, Y))
-    assert "2 workers: the long interval is n − y (waiting for the next pair)" in failed
-    assert "2 workers: while the loop steps on a batch, a worker builds the one after next" in failed
-
-
-def test_baseline_checks_fail_when_fewer_workers_already_keep_up():
-    runs = simulated_runs()
-    runs[3] = simulated_runs(batch_load_s=0.12, counts=[3])[3]  # 3 workers keep up here
-    assert "...and with 3 it does not" in failing(baseline.checks(runs, N, Y))
-
-
-def test_baseline_checks_fail_if_workers_split_the_first_batch():
-    # If x workers built the first batch together it would come after n / x: the claim fails.
-    failed = failing(baseline.checks(simulated_runs(first_load_s=lambda x: N / x), N, Y))
-    assert any(c.startswith("2 workers: the first batch") for c in failed)
-    assert any(c.startswith("4 workers: the first batch") for c in failed)
-
-
-def test_baseline_reports_a_failed_premise_when_workers_start_late():
-    runs = simulated_runs()
-    late = helpers.as_timeline(helpers.simulate(16, N, Y, 4, startup_s=2.0), num_workers=4)
-    epoch = late.epochs[0]
-    late.epochs[0] = type(epoch)(**{**epoch.__dict__, "worker_ready": {0: 0.0, 1: 1.0, 2: 2.0, 3: 10.0}})
-    runs[4] = late
-    not_tested = [c for c in baseline.checks(runs, N, Y) if c.passed is None]
-    assert [c.claim for c in not_tested] == ["4 workers: the time per batch is max(n/x, y)"]
-    assert "spawn" in not_tested[0].premise
-
-
-def test_baseline_judges_two_workers_that_came_up_apart_by_when_they_built_their_batches():
-    # Inside half a CPU beside a busy process: worker 1 was up 84 ms after worker 0, yet the pairs were
-    # built 9 ms apart and the short interval read 52 ms: the claim held, and is judged.
-    runs = simulated_runs()
-    epoch = runs[2].epochs[0]
-    runs[2].epochs[0] = type(epoch)(**{**epoch.__dict__, "worker_ready": {0: 0.0, 1: 0.1}})  # 2 steps apart
-    assert not [c for c in baseline.checks(runs, N, Y) if c.passed is None]
-
-
-def test_baseline_reports_a_failed_premise_when_worker_1_builds_its_batches_a_step_behind():
-    # Inside half a CPU beside a busy process: both workers up together, but worker 1's first fetch
-    # ended 80 ms late, and each fetching back to back, all of its batches did; the short interval read
-    # 80 ms against 50 ± 15 with no stop of the quota within it.
-    short_claim = "2 workers: the short interval is the step alone"
-    long_claim = "2 workers: the long interval is n − y (waiting for the next pair)"
+def test_baseline_notes_a_pair_of_workers_a_step_apart_beside_the_intervals():
+    # Inside half a CPU beside a busy process: worker 1's first fetch ended 80 ms late, and each fetching
+    # back to back, all of its batches did: the lag, not the step, separates each pair.
     runs = simulated_runs()
 
     def worker_1_late(late_s):
@@ -250,44 +205,20 @@ def test_baseline_reports_a_failed_premise_when_worker_1_builds_its_batches_a_st
 
     runs[2] = worker_1_late(0.08)
     assert baseline.pair_lag_s(runs[2], back_to_back_s=Y / 2) == pytest.approx(0.08)
-    checks = {c.claim: c for c in baseline.checks(runs, N, Y)}
-    assert checks[short_claim].passed is None and checks[long_claim].passed is None
-    assert "built their batches 0.080 s apart" in checks[short_claim].premise
-    assert checks[short_claim].measured == "80.0 ms"
-    # a lag within a step: judged (the short interval is then the step)
+    short = expected_of(baseline.checks(runs, N, Y))["2 workers: the short interval, the step alone"]
+    assert "built their batches 0.080 s apart" in short.note and short.measured == pytest.approx(0.08)
+    # a lag within a step, or a whole fetch behind (in phase again): no note
     runs[2] = worker_1_late(0.02)
-    assert verdicts(baseline.checks(runs, N, Y))[short_claim] is True
-    # a whole fetch behind: worker 1's batch is built beside worker 0's next, in phase again: judged
+    assert not expected_of(baseline.checks(runs, N, Y))["2 workers: the short interval, the step alone"].note
     runs[2] = worker_1_late(N)
     assert baseline.pair_lag_s(runs[2], back_to_back_s=Y / 2) == pytest.approx(0.0, abs=1e-9)
-    assert verdicts(baseline.checks(runs, N, Y))[short_claim] is True
 
 
 def test_baseline_pair_lag_counts_only_workers_that_fetch_back_to_back():
     # Workers far faster than a loop with work of its own wait for each index: their batches are built
-    # a loop step apart (y + m = 70 ms, over the 65 ms a lag may be), which is no phase; only the
-    # first batches, all sent by iter(), were fetched back to back. The pair's claims are judged, and fail.
+    # a loop step apart (y + m = 70 ms), which is no phase.
     runs = simulated_runs(batch_load_s=0.001, main_s=0.02)
     assert baseline.pair_lag_s(runs[2], back_to_back_s=Y / 2) < Y
-    failed = failing(baseline.checks(runs, N, Y))
-    assert "2 workers: the short interval is the step alone" in failed
-    assert "2 workers: the long interval is n − y (waiting for the next pair)" in failed
-
-
-def test_show_checks_renders_and_raises_on_a_failed_claim(monkeypatch):
-    import IPython.display
-
-    shown = []
-    monkeypatch.setattr(IPython.display, "display", lambda obj: shown.append(obj))
-    from helpers.classroom import checks
-
-    good = checks.holds("a true claim", True, "1 == 1")
-    bad = checks.holds("a false claim", False, "1 != 2")
-    untested = checks.premise_failed("an untested claim", "0.4 cores free", "needs 2 free cores")
-    helpers.show_checks([good, untested])
-    assert "premise failed" in shown[0]._repr_html_() and "✓" in shown[0]._repr_html_()
-    with pytest.raises(helpers.LessonCheckFailed, match="a false claim"):
-        helpers.show_checks([good, bad])
 
 
 # -- 00 · setup check ----------------------------------------------------------------------------
@@ -300,17 +231,18 @@ def test_setup_checks_fail_on_a_wrong_torch_and_a_start_method_that_did_not_star
         setup_check.Check("workers (fork)", True, "2 workers started"),
         setup_check.Check("/dev/shm", False, "64 MiB", "use --shm-size=2g", blocking=False),
     ]
-    assert failing(setup.checks(good, ["fork"])) == []
+    assert passed(setup.checks(good, ["fork"]))
     assert setup.advisories(good) == ["/dev/shm: 64 MiB. use --shm-size=2g"]
     bad = [
         setup_check.Check("torch", False, "2.9.0 (lab pins 2.14.1)", "run `make lab`"),
-        setup_check.Check("workers (fork)", False, "PicklingError: ..."),
+        setup_check.Check("workers (fork)", True, "2 workers started"),
     ]
-    assert failing(setup.checks(bad, ["fork", "spawn"])) == [
-        "torch: ready for the lab",
-        "workers start under fork and name themselves correctly",
-        "workers start under spawn and name themselves correctly",
-    ]
+    assert assert_fails(setup.checks(bad, ["fork"]), "00.setup.ready").claim == "torch: ready for the lab"
+    # a start method that did not start its workers, and one never tried
+    failed = setup.checks([*good[:1], setup_check.Check("workers (fork)", False, "PicklingError: ...")],
+                          ["fork", "spawn"])
+    assert assert_fails(failed, "00.setup.workers_start").claim.startswith("workers start under fork")
+    assert [c.passed for c in failed] == [True, False, False]
 
 
 # -- 02 · how many workers ----------------------------------------------------------------------
@@ -346,52 +278,39 @@ def test_num_workers_checks_pass_when_the_lesson_holds():
 
     checks = num_workers.checks(*sizing_case())
     assert sizing_case()[0].recommended == 3
-    assert len(checks) == 5 and failing(checks) == [] and all(c.passed for c in checks)
-
-
-def test_num_workers_checks_fail_when_the_rule_is_wrong_for_the_loader():
-    from helpers.lessons import num_workers
-
-    # The recommended 3 workers are too few (batches cost 0.2 s), and 2 already keep up at 0.1 s.
-    failed = failing(num_workers.checks(*sizing_case(load_for={3: 0.2, 2: 0.1})))
-    assert failed == [
-        "with the recommended 3 workers the loop steps at y + m",
-        "with 2 the loop waits: its time per batch is above y + m",
-        "the model max(n/x, y + m) predicts the time per batch with 2 workers",
-    ]
+    assert [c.id for c in checks] == ["02.gc.freeze_shortens_collections", "02.gc.slower_after_fork"]
+    assert passed(checks)
 
 
 def test_num_workers_checks_fail_when_collections_do_not_behave_as_taught():
     from helpers.lessons import num_workers
 
-    failed = failing(num_workers.checks(*sizing_case(after_start_s=0.2, frozen_s=0.2)))
-    assert failed == [
-        "gc.freeze() makes a full collection at least 5× shorter",
-        "the first full collection after forking workers is slower (it copies shared pages)",
-    ]
+    checks = num_workers.checks(*sizing_case(after_start_s=0.2, frozen_s=0.2))
+    assert_fails(checks, "02.gc.freeze_shortens_collections")
+    assert_fails(checks, "02.gc.slower_after_fork")
     spawned = num_workers.checks(*sizing_case(start_method="spawn"))
-    assert [c.passed for c in spawned][-1] is None and "forked" in spawned[-1].premise
+    assert verdict(spawned, "02.gc.slower_after_fork") is None and "forked" in spawned[-1].premise
 
 
 def test_num_workers_collection_checks_read_cpu_time_not_the_wall_clock():
     """On a busy machine another process takes the core during a collection: the wall clock grows,
     the collector's CPU time does not. The checks read the CPU time, both ways."""
-    import dataclasses
-
     from helpers.lessons import num_workers
 
     cal, verify, collections = sizing_case()
     # Preempted collections before the fork (0.4-0.6 s of wall clock), the same work in CPU time.
     busy = dataclasses.replace(collections, alone_s=[0.4, 0.6, 0.5], alone_cpu_s=[0.2, 0.21, 0.2],
                                after_start_cpu_s=0.3, frozen_cpu_s=[0.01] * 3)
-    assert failing(num_workers.checks(cal, verify, busy)) == []
+    assert passed(num_workers.checks(cal, verify, busy))
     # The wall clock says slower (the collection after the fork was preempted); its CPU time does not.
     not_slower = dataclasses.replace(collections, after_start_s=0.6, alone_cpu_s=[0.2, 0.21, 0.2],
                                      after_start_cpu_s=0.19, frozen_cpu_s=[0.1] * 3)
-    assert failing(num_workers.checks(cal, verify, not_slower)) == [
-        "gc.freeze() makes a full collection at least 5× shorter",
-        "the first full collection after forking workers is slower (it copies shared pages)",
-    ]
+    checks = num_workers.checks(cal, verify, not_slower)
+    assert_fails(checks, "02.gc.freeze_shortens_collections")
+    assert_fails(checks, "02.gc.slower_after_fork")
+    # a collection time that was not measured is no verdict
+    unmeasured = dataclasses.replace(collections, after_start_cpu_s=math.nan)
+    assert verdict(num_workers.checks(cal, verify, unmeasured), "02.gc.slower_after_fork") is None
 
 
 # -- 03 · prefetch_factor ------------------------------------------------------------------------
@@ -415,38 +334,18 @@ def prefetch_case(ahead_depth_for=None, slow_factor=6.0, bursty_depths=(1, 4), s
     return ahead, bursty, predicted, 2
 
 
-def test_prefetch_checks_pass_when_the_lesson_holds():
+def test_prefetch_shows_what_depth_saves_beside_the_model_and_checks_nothing():
     from helpers.lessons import prefetch
 
-    checks = prefetch.checks(*prefetch_case())
-    assert len(checks) == 5 and all(c.passed for c in checks), checks
-
-
-def test_prefetch_checks_fail_if_the_factor_were_a_total():
-    from helpers.lessons import prefetch
-
-    # If prefetch_factor=4 meant 4 batches in all, each of 2 workers would run 2 ahead.
-    assert failing(prefetch.checks(*prefetch_case(ahead_depth_for={4: 2}))) == [
-        "prefetch_factor=4 counts batches per worker: each fast worker ran exactly 4 ahead of the loop"
-    ]
-
-
-def test_prefetch_checks_fail_when_depth_does_not_change_the_waiting():
-    from helpers.lessons import prefetch
-
-    # both runs effectively at depth 1: no absorption, no extra memory
-    failed = failing(prefetch.checks(*prefetch_case(bursty_depths=(1, 1))))
-    assert failed == [
-        "deeper prefetch absorbs slow samples: the loop waits less with 4 than with 1",
-        "the price: prefetch_factor=4 held more finished batches at once than 1",
-    ]
-
-
-def test_prefetch_checks_fail_when_the_workers_are_slower_than_the_loop_on_average():
-    from helpers.lessons import prefetch
-
-    failed = failing(prefetch.checks(*prefetch_case(step_s=0.005)))
-    assert "slow samples, yet on average the workers are faster than the loop" in failed
+    ahead, bursty, predicted, workers = prefetch_case()
+    (row,) = prefetch.checks(ahead, bursty, predicted, workers)
+    assert not checks_of([row]) and row.expected == pytest.approx(predicted[1] - predicted[4])
+    assert row.measured == pytest.approx(prefetch.waiting_after_first_s(bursty[1])
+                                         - prefetch.waiting_after_first_s(bursty[4]))
+    assert row.expected > 0.1 and row.measured == pytest.approx(row.expected, rel=0.2)
+    # both runs at depth 1: nothing saved, beside the model's saving
+    (flat,) = prefetch.checks(*prefetch_case(bursty_depths=(1, 1)))
+    assert flat.measured == pytest.approx(0.0) and flat.expected > 0.1
 
 
 # -- 04 · what workers speed up ---------------------------------------------------------------------
@@ -479,26 +378,30 @@ def test_limits_checks_pass_when_the_lesson_holds():
 
     runs, data_paths, training = cpu_case()
     checks = limits.checks(runs, 2, 1.97, data_paths, training)
-    assert len(checks) == 6 and all(c.passed for c in checks), checks
+    assert len(checks) == 6 and passed(checks), checks
+    assert checks[4].claim == "in memory: one index per batch beats per-sample loading with 0, 2 or 4 workers"
 
 
 def test_limits_checks_fail_if_workers_scaled_past_the_cores():
     from helpers.lessons import limits
 
     runs, data_paths, training = cpu_case(scaling_cores=4)  # as if 4 workers computed at once on 2 cores
-    failed = failing(limits.checks(runs, 2, 1.97, data_paths, training))
-    assert "workers beyond the cores add nothing" in failed
-    assert "CPU-bound, 4 workers: the speedup is the cores they can use, min(4, free cores)" in failed
+    checks = limits.checks(runs, 2, 1.97, data_paths, training)
+    assert_fails(checks, "04.cpu.little_gain_beyond_the_cores")
+    assert_fails(checks, "04.cpu.speedup_is_the_free_cores")
+    assert "CPU-bound, 4 workers: the speedup is the cores they can use, min(4, free cores)" in [
+        c.claim for c in with_id(checks, "04.cpu.speedup_is_the_free_cores") if c.passed is False]
 
 
 def test_limits_checks_fail_if_batching_did_not_beat_workers():
     from helpers.lessons import limits
 
     runs, data_paths, training = cpu_case(batch_sampler_s=0.1, train_batch_sampler_s=0.69)
-    assert failing(limits.checks(runs, 2, 1.97, data_paths, training)) == [
-        "in memory: one index per batch beats per-sample loading with any number of workers",
-        "training on in-memory data: a batch sampler with 0 workers beats 4 workers",
-    ]
+    checks = limits.checks(runs, 2, 1.97, data_paths, training)
+    assert failing(checks) == ["04.memory.batch_index_beats_workers",
+                               "04.memory.training_batch_sampler_beats_workers"]
+    assert_fails(checks, "04.memory.batch_index_beats_workers")
+    assert_fails(checks, "04.memory.training_batch_sampler_beats_workers")
 
 
 def test_limits_checks_report_a_long_worker_startup_as_a_premise():
@@ -521,10 +424,11 @@ def test_limits_checks_report_busy_cores_and_many_cores_as_premises():
     assert busy[5].passed is None and "more processes win a larger share" in busy[5].premise
     # beside two busy programs 4 workers measured 1.52× of 2 (a larger share of shared cores)
     beside, _, _ = cpu_case(scaling_cores=4)
-    (beyond,) = [c for c in limits.checks(beside, 2, 1.4, data_paths, training) if "beyond" in c.claim]
+    (beyond,) = with_id(limits.checks(beside, 2, 1.4, data_paths, training),
+                        "04.cpu.little_gain_beyond_the_cores")
     assert beyond.passed is None and "larger share of the shared cores" in beyond.premise
-    (beyond,) = [c for c in limits.checks(beside, 2, 1.97, data_paths, training, free_change=0.5)
-                 if "beyond" in c.claim]
+    (beyond,) = with_id(limits.checks(beside, 2, 1.97, data_paths, training, free_change=0.5),
+                        "04.cpu.little_gain_beyond_the_cores")
     assert beyond.passed is None and "changing by 0.50" in beyond.premise
     _, _, losing = cpu_case(train_batch_sampler_s=0.69)  # what `make stress` measured: 1.08×
     assert limits.checks(runs, 2, 1.3, data_paths, losing)[5].passed is None
@@ -540,12 +444,10 @@ def test_limits_judges_workers_beyond_the_cores_on_a_machine_with_more_cores():
     assert limits.worker_counts(2) == [0, 1, 2, 3, 4]
     assert limits.worker_counts(4) == [0, 1, 2, 3, 4, 6] and limits.worker_counts(16)[-2:] == [16, 18]
     runs, data_paths, training = cpu_case(scaling_cores=4, counts=limits.worker_counts(4))
-    (beyond,) = [c for c in limits.checks(runs, 4, 3.97, data_paths, training) if "beyond" in c.claim]
-    assert beyond.passed is True, beyond
+    assert verdict(limits.checks(runs, 4, 3.97, data_paths, training), "04.cpu.little_gain_beyond_the_cores")
     # as if 6 workers computed at once on 4 cores
     runs, data_paths, training = cpu_case(scaling_cores=6, counts=limits.worker_counts(4))
-    failed = failing(limits.checks(runs, 4, 3.97, data_paths, training))
-    assert "workers beyond the cores add nothing" in failed
+    assert_fails(limits.checks(runs, 4, 3.97, data_paths, training), "04.cpu.little_gain_beyond_the_cores")
 
 
 def test_limits_checks_test_the_lesson_inside_a_quota_of_one_and_a_half_cpus():
@@ -555,14 +457,15 @@ def test_limits_checks_test_the_lesson_inside_a_quota_of_one_and_a_half_cpus():
 
     runs, data_paths, training = cpu_case(scaling_cores=1.5)
     checks = limits.checks(runs, 2, 1.48, data_paths, training, effective=1.5)
-    assert len(checks) == 6 and all(c.passed for c in checks), checks
+    assert len(checks) == 6 and passed(checks), checks
     # the same readings against the 2 cores the affinity mask shows: premises that name the wrong cause
     unaware = limits.checks(runs, 2, 1.48, data_paths, training)
     assert unaware[0].passed is None and "1.48 of 2 effective cores" in unaware[0].premise
     # and the lesson checks can fail there: workers that scaled to 2 cores under a 1.5 quota
     runs, data_paths, training = cpu_case(scaling_cores=2)
-    failed = failing(limits.checks(runs, 2, 1.48, data_paths, training, effective=1.5))
-    assert "CPU-bound, 2 workers: the speedup is the cores they can use, min(2, free cores)" in failed
+    failed = assert_fails(limits.checks(runs, 2, 1.48, data_paths, training, effective=1.5),
+                          "04.cpu.speedup_is_the_free_cores")
+    assert failed.claim == "CPU-bound, 2 workers: the speedup is the cores they can use, min(2, free cores)"
 
 
 def test_limits_checks_report_a_quota_below_one_cpu_as_a_premise():
@@ -573,8 +476,7 @@ def test_limits_checks_report_a_quota_below_one_cpu_as_a_premise():
     assert inside[4].passed is None and "0.50 of a CPU" in inside[4].premise
     assert "as short as 46 ms" in inside[4].premise
     # with a whole CPU free the same measurement is tested, and fails
-    claim = "in memory: one index per batch beats per-sample loading with any number of workers"
-    assert claim in failing(limits.checks(runs, 1, 0.97, data_paths, training))
+    assert_fails(limits.checks(runs, 1, 0.97, data_paths, training), "04.memory.batch_index_beats_workers")
 
 
 def test_limits_checks_report_a_load_that_changed_during_the_runs():
@@ -673,73 +575,80 @@ def startup_case(
 def test_startup_checks_pass_when_the_lesson_holds():
     from helpers.lessons import startup
 
-    checks = startup.checks(*startup_case())
-    assert len(checks) == 15 and all(c.passed for c in checks), [c for c in checks if not c.passed]
+    rows = startup.checks(*startup_case())
+    assert len(checks_of(rows)) == 10 and passed(rows), [c for c in checks_of(rows) if not c.passed]
+    saved = expected_of(rows)
+    row = saved["spawn: what persistent workers save each later epoch's first batch: their start-up"]
+    assert row.expected == pytest.approx(1.3) and row.measured == pytest.approx(1.3, abs=0.01)
 
 
 def test_startup_checks_fail_when_preload_or_persistence_do_not_help():
     from helpers.lessons import startup
 
-    failed = failing(startup.checks(*startup_case(preload_later=1.5, persistent_gap_extra=1.3)))
-    assert "forkserver with set_forkserver_preload(['torch']): later workers start at fork speed" in failed
-    assert "spawn: persistent workers spare every later epoch its workers' start-up" in failed
-    assert ("spawn: even with persistent workers a later epoch's first batch costs one batch load "
-            "(±50 %, plus the noise)") in failed
+    rows = startup.checks(*startup_case(preload_later=1.5, persistent_gap_extra=1.3))
+    assert_fails(rows, "05.forkserver.preload_at_fork_speed")
+    assert_fails(rows, "05.persistent.first_batch_costs_a_load")
+    # persistent workers that started again every epoch save nothing: the row shows it, beside the start-up
+    row = expected_of(rows)[
+        "spawn: what persistent workers save each later epoch's first batch: their start-up"]
+    assert row.measured == pytest.approx(0.0, abs=0.01) and row.expected == pytest.approx(1.3)
+
+
+def test_startup_preload_is_compared_with_fork_s_later_start_up():
+    from helpers.lessons import startup
+
+    # later preloaded workers in 70 ms: within twice fork's 30 ms + 20 ms
+    checks = startup.checks(*startup_case(preload_later=0.07))
+    assert verdict(checks, "05.forkserver.preload_at_fork_speed") is True
+    # 5× faster than without preload (0.3 s against 1.5 s), yet four times fork's: not at fork speed
+    assert_fails(startup.checks(*startup_case(preload_later=0.3)), "05.forkserver.preload_at_fork_speed")
+    # no fork on the platform: nothing to compare with
+    children, *rest = startup_case()
+    del children["fork"]
+    assert verdict(startup.checks(children, *rest), "05.forkserver.preload_at_fork_speed") is None
 
 
 def test_startup_checks_fail_when_spawned_workers_start_about_as_fast_as_forked_ones():
     from helpers.lessons import startup
 
     # forked workers that took 0.5 s to start: spawn (2.2 s) is 4.4× slower, forkserver (1.7 s) 3.4×
-    assert failing(startup.checks(*startup_case(fork_first=0.5))) == [
-        "spawn workers take far longer to start than fork workers (they import torch themselves)",
-        "forkserver workers take far longer to start than fork workers (they import torch themselves)",
-    ]
+    rows = startup.checks(*startup_case(fork_first=0.5))
+    assert failing(rows) == ["05.start.slower_than_fork", "05.start.slower_than_fork"]
+    assert assert_fails(rows, "05.start.slower_than_fork").claim.startswith("spawn workers take far longer")
 
 
 def test_startup_checks_fail_when_the_forkserver_already_has_torch_without_preload():
     from helpers.lessons import startup
 
     # later workers from a plain forkserver start at fork speed (as if torch were preloaded): the claim
-    # that each new set imports torch again fails, and preloading has nothing left to save
-    assert failing(startup.checks(*startup_case(forkserver_later=0.03))) == [
-        "forkserver without preload: every new set of workers imports torch again "
-        "(a later start-up at least half the first's)",
-        "forkserver with set_forkserver_preload(['torch']): later workers start at fork speed",
-    ]
+    # that each new set imports torch again fails
+    assert_fails(startup.checks(*startup_case(forkserver_later=0.03)), "05.forkserver.imports_torch_again")
 
 
 def test_startup_checks_fail_when_the_last_next_costs_nothing_without_persistence():
     from helpers.lessons import startup
 
     # the epoch's last next() returns at once without persistent workers, as with them
-    assert failing(startup.checks(*startup_case(shutdown=0.0))) == [
-        "fork: without persistence, the epoch's last next() shuts the workers down",
-        "spawn: without persistence, the epoch's last next() shuts the workers down",
-    ]
+    rows = startup.checks(*startup_case(shutdown=0.0))
+    assert failing(rows) == ["05.shutdown.last_next_joins_workers"] * 2
+    assert_fails(rows, "05.shutdown.last_next_joins_workers")
 
 
-def test_startup_checks_fail_when_the_fixes_do_not_reach_persistent_workers():
+def test_startup_checks_fail_when_memory_behaves_otherwise():
     from helpers.lessons import startup
 
-    # both fixes behave like the plain attribute: persistent workers keep seeing epoch 0
-    assert failing(startup.checks(*startup_case(fix_seen=((0,), (0,), (0,))))) == [
-        "fix 1: sampler reaches persistent workers every epoch",
-        "fix 2: shared value reaches persistent workers every epoch",
-    ]
+    rows = startup.checks(*startup_case(fork_uss=0.9, spawn_uss=0.1))
+    assert failing(rows) == ["05.memory.forked_worker_shares", "05.memory.spawned_worker_holds_more"]
+    assert_fails(rows, "05.memory.forked_worker_shares")
+    assert_fails(rows, "05.memory.spawned_worker_holds_more")
 
 
-def test_startup_checks_fail_when_state_or_memory_behave_otherwise():
+def test_startup_does_not_check_the_stale_state_pitfall():
     from helpers.lessons import startup
 
-    failed = failing(
-        startup.checks(*startup_case(stale_persistent=((0,), (1,), (2,)), fork_uss=0.9, spawn_uss=0.1))
-    )
-    assert failed == [
-        "the pitfall is real: an attribute set between epochs never reaches persistent workers",
-        "an idle forked worker's own memory (USS) is a small part of its RSS",
-        "an idle spawned worker holds far more memory of its own than a forked one (5× or more)",
-    ]
+    # PyTorch's own behaviour, shown by the notebook's table: whatever the epochs seen, no verdict
+    assert startup.checks(*startup_case(stale_persistent=((0,), (1,), (2,)), fix_seen=((0,), (0,), (0,)))) \
+        == startup.checks(*startup_case())
 
 
 # -- 06 · pinned memory ----------------------------------------------------------------------------------
@@ -748,6 +657,8 @@ def test_pinned_checks_on_a_cpu_report_every_claim_untested():
 
     checks = pinned.checks(has_cuda=False)
     assert [c.passed for c in checks] == [None] * 4 and all("needs a CUDA GPU" in c.premise for c in checks)
+    assert [c.id for c in checks] == ["06.gpu.pinned_copies_faster", "06.gpu.nonblocking_returns_early",
+                                      "06.gpu.loop_copy_shorter", "06.gpu.pinned_within_budget"]
 
 
 class HostAllocatorModel:
@@ -848,23 +759,22 @@ def test_pinned_checks_on_a_gpu_fail_when_pinning_buys_nothing():
         budget_bytes=6 * (32 * 2**20 + 256),
         pinned_taken_bytes=6 * (32 * 2**20 + 256),
     )
-    assert len(checks) == 4 and all(c.passed for c in checks), checks
+    assert len(checks) == 4 and passed(checks), checks
     flat = [CopyTiming(2**28, 7.0, 7.5, 6.0, 0.035, 0.035)]
-    failed = failing(
-        pinned.checks(
-            True,
-            bandwidth=flat,
-            copy_ms={False: 4.5, True: 4.6},
-            budget_bytes=6 * (32 * 2**20 + 256),
-            pinned_taken_bytes=9 * (32 * 2**20 + 256),
-        )
+    checks = pinned.checks(
+        True,
+        bandwidth=flat,
+        copy_ms={False: 4.5, True: 4.6},
+        budget_bytes=6 * (32 * 2**20 + 256),
+        pinned_taken_bytes=9 * (32 * 2**20 + 256),
     )
-    assert failed == [
-        "large copies run faster from pinned memory",
-        "non_blocking=True from pinned memory returns before the copy ends",
-        "the loop's copy of a batch is shorter from pinned memory",
-        "the pinned memory the pin_memory=True run took stays within the budget (power-of-two blocks)",
-    ]
+    for id in ("06.gpu.pinned_copies_faster", "06.gpu.nonblocking_returns_early", "06.gpu.loop_copy_shorter",
+               "06.gpu.pinned_within_budget"):
+        assert_fails(checks, id)
+    # a quick-size batch: 1.1 ms against 0.3 ms is judged (a difference would sit within the 2 ms floor)
+    small = pinned.checks(True, bandwidth=good, copy_ms={False: 1.1, True: 0.3}, budget_bytes=1,
+                          pinned_taken_bytes=1)
+    assert verdict(small, "06.gpu.loop_copy_shorter") is True
 
 
 # -- 07 · device prefetch --------------------------------------------------------------------------
@@ -887,21 +797,24 @@ def host_case(inline_extra=0.016, threaded_extra=0.0, bound_threaded_load=0.128)
 def test_device_prefetch_checks_pass_when_the_lesson_holds():
     from helpers.lessons import device_prefetch
 
-    checks = device_prefetch.checks(*host_case())
-    assert [c.passed for c in checks] == [True, True, True, None]
+    rows = device_prefetch.checks(*host_case())
+    assert [c.passed for c in checks_of(rows)] == [True, None]
+    expected = expected_of(rows)
+    inline = expected["in the loop's thread the transform adds its time to every batch"]
+    assert inline.expected == 0.016 and inline.measured == pytest.approx(0.016, abs=0.002)
+    (bound,) = [e for what, e in expected.items() if what.startswith("data-bound")]
+    assert bound.expected == 1.0 and bound.measured == pytest.approx(1.0, abs=0.05)
 
 
 def test_device_prefetch_checks_fail_when_the_thread_does_not_hide_the_transform():
     from helpers.lessons import device_prefetch
 
-    # the thread hides nothing, and in the data-bound case it "helps" (as if it made workers faster)
-    failed = failing(device_prefetch.checks(*host_case(threaded_extra=0.016, bound_threaded_load=0.06)))
-    assert failed == [
-        "in a prefetch thread it is hidden: the pace is that of the run without it",
-        "data-bound: moving the transform to a thread changes nothing (fix the workers first)",
-    ]
-    failed = failing(device_prefetch.checks(*host_case(inline_extra=0.0)))
-    assert failed == ["in the loop's thread the transform adds to every batch"]
+    # the thread hides nothing; in the data-bound case it "helps" (as if it made workers faster): a row
+    rows = device_prefetch.checks(*host_case(threaded_extra=0.016, bound_threaded_load=0.06))
+    assert failing(rows) == ["07.thread.hides_the_transform"]
+    assert_fails(rows, "07.thread.hides_the_transform")
+    (bound,) = [e for what, e in expected_of(rows).items() if what.startswith("data-bound")]
+    assert bound.measured > 1.5
 
 
 def test_device_prefetch_checks_report_a_quota_too_small_for_the_thread_as_a_premise():
@@ -909,15 +822,14 @@ def test_device_prefetch_checks_report_a_quota_too_small_for_the_thread_as_a_pre
 
     host, bound, transform_s, gpu = host_case(threaded_extra=0.006)  # make quota QUOTA=0.5: 25.8 vs 21.4 ms
     claim = "in a prefetch thread it is hidden: the pace is that of the run without it"
-    inside = device_prefetch.checks(host, bound, transform_s, gpu, cores=0.5)
-    assert inside[1].passed is None and "needs 0.80 CPU" in inside[1].premise
-    assert "could get 0.50 CPU" in inside[1].premise
-    # other programs leave 0.2 of a CPU (helpers.free_cores): the data-bound claim needs 0.25 of one
-    busy = device_prefetch.checks(host, bound, transform_s, gpu, cores=0.2)
-    assert [c.passed for c in busy[1:3]] == [None, None] and "needs 0.25 CPU" in busy[2].premise
+    (inside,) = with_id(device_prefetch.checks(host, bound, transform_s, gpu, cores=0.5),
+                        "07.thread.hides_the_transform")
+    assert inside.passed is None and "needs 0.80 CPU" in inside.premise and inside.claim == claim
+    assert "could get 0.50 CPU" in inside.premise
     # one CPU is enough for the thread (0.8 of it): the claim is tested, and this run fails it
-    assert claim in failing(device_prefetch.checks(host, bound, transform_s, gpu, cores=1.0))
-    assert claim in failing(device_prefetch.checks(host, bound, transform_s, gpu))
+    assert_fails(device_prefetch.checks(host, bound, transform_s, gpu, cores=1.0),
+                 "07.thread.hides_the_transform")
+    assert_fails(device_prefetch.checks(host, bound, transform_s, gpu), "07.thread.hides_the_transform")
 
 
 def test_device_prefetch_premise_counts_the_loop_s_own_cpu():
@@ -928,18 +840,18 @@ def test_device_prefetch_premise_counts_the_loop_s_own_cpu():
     from helpers.lessons import device_prefetch
 
     host, bound, transform_s, gpu = host_case(threaded_extra=0.006)
-    claim = "in a prefetch thread it is hidden: the pace is that of the run without it"
+    hidden = "07.thread.hides_the_transform"
 
     def with_loop_cpu(per_batch_s):
         tl = host["no transform"]
         return {**host, "no transform": dataclasses.replace(tl, main_cpu_s=per_batch_s * len(tl.batches))}
 
-    assert claim in failing(device_prefetch.checks(host, bound, transform_s, gpu, cores=0.95))
-    (aside,) = [c for c in device_prefetch.checks(with_loop_cpu(0.002), bound, transform_s, gpu, cores=0.95)
-                if c.claim == claim]
+    assert_fails(device_prefetch.checks(host, bound, transform_s, gpu, cores=0.95), hidden)
+    (aside,) = with_id(device_prefetch.checks(with_loop_cpu(0.002), bound, transform_s, gpu, cores=0.95),
+                       hidden)
     assert aside.passed is None and "needs 0.90 CPU" in aside.premise and "loop's own 2.0 ms" in aside.premise
     light = with_loop_cpu(0.0005)
-    assert claim in failing(device_prefetch.checks(light, bound, transform_s, gpu, cores=0.95))
+    assert_fails(device_prefetch.checks(light, bound, transform_s, gpu, cores=0.95), hidden)
 
 
 def test_device_prefetch_no_effect_claims_need_an_effect_the_run_could_show():
@@ -952,8 +864,8 @@ def test_device_prefetch_no_effect_claims_need_an_effect_the_run_could_show():
     noisy = [dataclasses.replace(b, step_end=b.step_end + (0.01 if k % 2 else 0.0))
              for k, b in enumerate(tl.batches)]
     host = {**host, "no transform": dataclasses.replace(tl, batches=noisy)}
-    (hidden,) = [c for c in device_prefetch.checks(host, bound, transform_s, gpu)
-                 if c.claim == "in a prefetch thread it is hidden: the pace is that of the run without it"]
+    (hidden,) = with_id(device_prefetch.checks(host, bound, transform_s, gpu),
+                        "07.thread.hides_the_transform")
     assert hidden.passed is None and "could not tell no effect from one" in hidden.premise, hidden
 
 
@@ -1019,8 +931,7 @@ def test_device_prefetch_gpu_check_passes_when_copies_run_beside_steps():
     from helpers.lessons import device_prefetch
 
     for arrivals in (FAST, BURSTS):  # a fast loader, and one that delivers in bursts (data-bound)
-        (gpu,) = device_prefetch.checks(*gpu_case(arrivals, arrivals))[3:]
-        assert gpu.passed, gpu
+        assert verdict(device_prefetch.checks(*gpu_case(arrivals, arrivals)), "07.gpu.copies_beside_steps")
 
 
 def test_device_prefetch_gpu_check_fails_when_copy_and_step_are_serialised():
@@ -1028,14 +939,15 @@ def test_device_prefetch_gpu_check_fails_when_copy_and_step_are_serialised():
 
     # the prefetcher's own recording shows the serialised order: each step after the next copy
     for arrivals in (FAST, BURSTS):
-        (gpu,) = device_prefetch.checks(*gpu_case(arrivals, arrivals, prefetcher_order="serialised"))[3:]
-        assert gpu.passed is False and gpu.claim.startswith("on a GPU: DevicePrefetcher copies"), gpu
+        case = gpu_case(arrivals, arrivals, prefetcher_order="serialised")
+        gpu = assert_fails(device_prefetch.checks(*case), "07.gpu.copies_beside_steps")
+        assert gpu.claim.startswith("on a GPU: DevicePrefetcher copies"), gpu
 
 
 def test_device_prefetch_gpu_check_reports_a_data_bound_run_as_a_premise():
     from helpers.lessons import device_prefetch
 
-    (gpu,) = device_prefetch.checks(*gpu_case(SLOW, SLOW))[3:]
+    (gpu,) = with_id(device_prefetch.checks(*gpu_case(SLOW, SLOW)), "07.gpu.copies_beside_steps")
     assert gpu.passed is None and "data-bound" in gpu.premise and "0 of 12 copies" in gpu.measured
 
 
@@ -1096,81 +1008,34 @@ def batched_case(remote=38.0, cpu=1.0, workers_gain=1.8, local=2.7, batched_rate
 def test_batched_checks_pass_when_the_lesson_holds():
     from helpers.lessons import batched
 
-    assert all(c.passed for c in batched.checks(*batched_case()))
-
-
-def test_batched_checks_fail_when_batching_does_not_behave_as_taught():
-    from helpers.lessons import batched
-
-    # no gain with round trips; a big gain under per-sample CPU work; workers that do not help
-    failed = failing(batched.checks(*batched_case(remote=3.0, cpu=6.0, workers_gain=1.0)))
-    assert failed == [
-        "with a round trip per request, one request per batch is over 10× faster",
-        "...and the speedup follows the arithmetic of the stated costs (0.5× to 1.5× of it)",
-        "when per-sample CPU work dominates, batching the fetch gains little (under 1.5×)",
-        "...as the arithmetic of the stated costs says (0.5× to 1.5× of it)",
-        "workers help per-sample requests (each waits for its own round trips)",
-    ]
-
-
-def test_batched_workers_check_reports_other_programs_on_the_cores_as_a_premise_and_tests_a_quota():
-    from helpers.lessons import batched
-
-    claim = "workers help per-sample requests (each waits for its own round trips)"
-    case = batched_case(workers_gain=1.0)
-    # a load of 5-9 on 2 cores: the spinners got 0.5 of the 2 CPUs; the workers' gain is not tested
-    busy = {c.claim: c for c in batched.checks(*case, cores=2.0, cores_free=0.5)}
-    assert busy[claim].passed is None and "other programs took 1.50" in busy[claim].premise
-    # one competing program (make stress): 1.3 free of 2, the claim is tested and this run fails it
-    assert claim in failing(batched.checks(*case, cores=2.0, cores_free=1.3))
-    # inside a quota of 0.5 CPU no other program takes it: tested
-    assert claim in failing(batched.checks(*case, cores=0.5, cores_free=0.5))
-
-
-def test_batched_cpu_case_is_set_aside_when_its_fetches_were_stopped_and_judged_when_on_a_cpu():
-    # make quota QUOTA=0.5: 1.88× for the per-sample CPU case; its fetches on a CPU half the time, say
-    from types import SimpleNamespace
-
-    from helpers.lessons import batched
-
-    case = batched_case(cpu=1.88)
-    claims = ["when per-sample CPU work dominates, batching the fetch gains little (under 1.5×)",
-              "...as the arithmetic of the stated costs says (0.5× to 1.5× of it)"]
-    stopped = {c.claim: c for c in batched.checks(*case, cpu_case_on_cpu=0.52)}
-    assert [stopped[c].passed for c in claims] == [None, None] and "only 52%" in stopped[claims[0]].premise
-    assert failing(batched.checks(*case, cpu_case_on_cpu=0.97)) == claims
-    assert failing(batched.checks(*case)) == claims
-    # the share itself: CPU time over wall time of the fetches, across runs
-    run = SimpleNamespace(batches=[SimpleNamespace(fetch_s=0.03, fetch_cpu_s=0.027),
-                                   SimpleNamespace(fetch_s=0.08, fetch_cpu_s=0.028)])
-    assert batched.on_cpu_share([run, run]) == pytest.approx(0.055 / 0.11)
+    assert [c.id for c in batched.checks(*batched_case())] == ["08.local.fewer_queries_pay"]
+    assert passed(batched.checks(*batched_case()))
 
 
 def test_batched_checks_fail_when_a_local_database_gains_nothing():
     from helpers.lessons import batched
 
     # one query per batch on the local database no faster than one per sample (1.05×)
-    assert failing(batched.checks(*batched_case(local=1.05))) == [
-        "even on a local database, fewer queries and Python calls pay (at least 1.2×)"
-    ]
+    assert_fails(batched.checks(*batched_case(local=1.05)), "08.local.fewer_queries_pay")
 
 
-def test_batched_checks_fail_when_two_workers_per_sample_keep_up_with_one_request_per_batch():
+def test_batched_judges_only_what_the_lab_does_not_set():
     from helpers.lessons import batched
 
-    # per sample with 2 workers at 54 batches/s, one request per batch without workers at 80: 1.5×
-    assert failing(batched.checks(*batched_case(batched_rate=80.0))) == [
-        "one request per batch beats them without any worker"
-    ]
+    # the lab's round trips, CPU work, workers and the tutorial's sleeps, however they came out: no verdict
+    assert batched.checks(*batched_case(remote=3.0, cpu=6.0, workers_gain=1.0, batched_rate=80.0,
+                                        tutorial=25.0), cores=2.0, cores_free=0.5, cpu_case_on_cpu=0.3) \
+        == batched.checks(*batched_case())
 
 
-def test_batched_checks_fail_when_the_tutorial_speedup_is_not_its_sleep_arithmetic():
+def test_batched_on_cpu_share_is_cpu_time_over_the_fetches_wall_time():
+    from types import SimpleNamespace
+
     from helpers.lessons import batched
 
-    # a measured 25× where the sleeps alone predict 10.2×: something beyond the sleep count
-    assert failing(batched.checks(*batched_case(tutorial=25.0))) == [
-        "the tutorial's speedup is its sleep arithmetic (0.4× to 1.6× of it)"
-    ]
+    run = SimpleNamespace(batches=[SimpleNamespace(fetch_s=0.03, fetch_cpu_s=0.027),
+                                   SimpleNamespace(fetch_s=0.08, fetch_cpu_s=0.028)])
+    assert batched.on_cpu_share([run, run]) == pytest.approx(0.055 / 0.11)
 
 
 def test_batched_workers_reading_covers_each_outcome():
@@ -1205,70 +1070,23 @@ def test_in_order_checks_pass_when_the_lesson_holds():
     from helpers.lessons import in_order
 
     checks = in_order.checks(straggler_runs(), 0.01)
-    assert all(c.passed for c in checks), [c for c in checks if not c.passed]
+    assert [c.id for c in checks] == ["09.out_of_order.others_take_over"] and passed(checks)
 
 
 def test_in_order_checks_fail_when_out_of_order_changes_nothing():
     from helpers.lessons import in_order
 
-    # "out of order" behaving exactly like in order: same stalls, same order, same shares
+    # "out of order" behaving exactly like in order: the others start no more beside a straggler
     runs = straggler_runs()
     runs[False] = runs[True]
-    failed = failing(in_order.checks(runs, 0.01))
-    assert failed == [
-        "out of order, the loop waits less in total",
-        "out of order, the longest wait is under half the in-order one",
-        "the p99 step interval is at least 2× shorter out of order",
-        "out of order, the other workers take over a stuck worker's tasks: more batches start beside a "
-        "straggler than in order",
-        "out of order, batches arrive in another order than the sampler's, set by timing: later batches "
-        "overtake the slowest fetch (at least 2)",
-    ]
+    assert_fails(in_order.checks(runs, 0.01), "09.out_of_order.others_take_over")
 
 
-def test_in_order_arrival_check_needs_the_straggler_overtaken_not_any_move():
-    # Two neighbours swapped while the straggler's batch still comes in its turn: the order differs
-    # (2 batches moved), but not by timing: the straggler was overtaken by none.
+def test_in_order_takeover_needs_stragglers():
     from helpers.lessons import in_order
 
-    runs = straggler_runs()
-    same = list(runs[True].batches)
-    same[3], same[4] = (dataclasses.replace(same[3], indices=same[4].indices),
-                        dataclasses.replace(same[4], indices=same[3].indices))
-    runs[False] = dataclasses.replace(runs[True], batches=same)
-    claim = ("out of order, batches arrive in another order than the sampler's, set by timing: later batches "
-             "overtake the slowest fetch (at least 2)")
-    assert claim in failing(in_order.checks(runs, 0.01))
-    assert in_order.overtaken(straggler_runs()[False])[0] >= 2
-
-
-def test_in_order_median_is_judged_only_where_the_tail_would_show_a_moved_median():
-    # In-order intervals whose p99 is within the median's tolerance: no tail to tell apart.
-    from helpers.lessons import in_order
-
-    runs = straggler_runs(loads=[0.02] * 64)
-    (median,) = [c for c in in_order.checks(runs, 0.01) if c.claim.startswith("the median interval")]
-    assert median.passed is None and "could not tell no effect from one" in median.premise, median
-
-
-def test_in_order_checks_fail_without_stragglers():
-    from helpers.lessons import in_order
-
-    # No slow sample: in order the loop never waits on one (and nothing can be compared)
-    checks = in_order.checks(straggler_runs(loads=straggler_loads(every=0)), 0.01)
-    assert "in order, the loop waits on a straggler while later batches are already built" in failing(checks)
-    takeover = next(c for c in checks if c.claim.startswith("out of order, the other workers take over"))
+    (takeover,) = in_order.checks(straggler_runs(loads=straggler_loads(every=0)), 0.01)
     assert takeover.passed is None and "without a straggler" in takeover.premise
-
-
-def test_in_order_checks_fail_when_out_of_order_changes_the_typical_step():
-    from helpers.lessons import in_order
-
-    # Out of order on workers slower than the loop (0.08–0.14 s a batch, 4 workers, 0.01 s step):
-    # the typical interval is their pace, not the step's
-    slower = [0.08 + 0.01 * (i % 7) for i in range(60)]
-    failed = failing(in_order.checks(straggler_runs(out_of_order_loads=slower), 0.01))
-    assert "the median interval is about the same (the tail moves, not the typical step)" in failed
 
 
 def test_takeover_counts_the_planted_stragglers_not_fetches_a_quota_stopped():
@@ -1286,17 +1104,15 @@ def test_takeover_counts_the_planted_stragglers_not_fetches_a_quota_stopped():
                  if b.index in ordinary else b
                  for k, b in enumerate(free.batches)]
     runs[False] = dataclasses.replace(free, batches=stretched)
-    claim = ("out of order, the other workers take over a stuck worker's tasks: more batches start beside "
-             "a straggler than in order")
     slow = helpers.WorkDataset(60, item_wait_s=0.02, slow_every=21, slow_factor=10.0).is_slow
-    assert claim in failing(in_order.checks(runs, 0.01))  # the stretched fetches counted: median 0
-    planted = next(c for c in in_order.checks(runs, 0.01, slow=slow) if c.claim == claim)
+    assert_fails(in_order.checks(runs, 0.01), "09.out_of_order.others_take_over")  # the stretched: median 0
+    (planted,) = in_order.checks(runs, 0.01, slow=slow)
     assert planted.passed is True
     assert "4 slow fetches of items the dataset does not slow left out" in planted.measured
     # and out of order changing nothing still fails when only the planted ones count
     same = straggler_runs()
     same[False] = same[True]
-    assert claim in failing(in_order.checks(same, 0.01, slow=slow))
+    assert_fails(in_order.checks(same, 0.01, slow=slow), "09.out_of_order.others_take_over")
 
 
 def _one_worker_alone(tl, waits_s, *, at_start, worker=1):
@@ -1322,69 +1138,40 @@ def _one_worker_alone(tl, waits_s, *, at_start, worker=1):
     return dataclasses.replace(tl, batches=batches, epochs=[epoch])
 
 
-def test_in_order_tails_are_compared_once_every_worker_is_up():
+def test_in_order_tails_are_read_once_every_worker_is_up():
     from helpers.lessons import in_order
 
-    # Inside 1 CPU (a machine whose loop takes 0.72-0.94 s), out of order, the group can be stopped
-    # 0.3-0.6 s before the first batch; while three of the four workers are still starting, the loop
-    # waits 54-58 ms for batches the fourth builds alone. Compared from batch 1, the longest wait then
-    # reads 0.58x the in-order straggler's and the p99 0.59x (at most 0.5x: red).
+    # Inside 1 CPU, out of order, the loop waits 54-58 ms for batches one worker builds alone while the
+    # other three are still starting: start-up's tail, left out of the table's tails (the notebook's)
     runs = straggler_runs()
-    runs[False] = _one_worker_alone(runs[False], [0.07] * 5, at_start=True)
-    checks = in_order.checks(runs, 0.01)
-    assert all(c.passed for c in checks), [c for c in checks if not c.passed]
-    assert in_order.tail(runs[False])["intervals"] < len(runs[False].batches) - 5
-    # The same waits once every worker is up are the tail: red
-    later = straggler_runs()
-    later[False] = _one_worker_alone(later[False], [0.07] * 5, at_start=False)
-    failed = failing(in_order.checks(later, 0.01))
-    assert "out of order, the longest wait is under half the in-order one" in failed
-    assert "the p99 step interval is at least 2× shorter out of order" in failed
+    alone = _one_worker_alone(runs[False], [0.07] * 5, at_start=True)
+    assert in_order.tail(alone)["intervals"] < len(alone.batches) - 5
+    assert in_order.tail(alone)["p99"] == pytest.approx(in_order.tail(runs[False])["p99"])
+    # the same waits once every worker is up are the tail
+    later = _one_worker_alone(runs[False], [0.07] * 5, at_start=False)
+    assert in_order.data_wait_s(later, in_order.longest_wait(later)) == pytest.approx(0.07)
 
 
-def test_in_order_tails_leave_the_loops_own_garbage_collection_out():
-    # Under spawn, in the notebook's kernel, out of order the loop can wait 97-124 ms for
-    # one 20 ms batch: a full garbage collection of the main
-    # process (103-124 ms, recorded as a pause) falls inside that wait. The longest wait then reads 0.84-0.90x
-    # the in-order straggler's and the p99 0.59x (at most 0.5x: red). The same wait without a pause is
-    # the data's, and fails.
+def test_in_order_waits_leave_the_loops_own_garbage_collection_out():
+    # Under spawn, in the notebook's kernel, out of order the loop can wait 97-124 ms for one 20 ms batch:
+    # a full garbage collection of the main process (recorded as a pause) falls inside that wait.
     from helpers.lessons import in_order
     from helpers.timing.timeline import Pause
 
-    def stalled(paused: bool):
-        runs = straggler_runs()
-        free = runs[False]
-        k = len(free.batches) * 2 // 3
-        at = free.batches[k].wait_start
-        moved = [b if i < k else dataclasses.replace(
-            b, ready=b.ready + 0.12, step_end=b.step_end + 0.12,
-            wait_start=b.wait_start + (0.12 if i > k else 0.0),
-            fetch_start=b.fetch_start + (0.12 if i > k else 0.0), fetch_end=b.fetch_end + 0.12)
-            for i, b in enumerate(free.batches)]
-        pauses = [Pause(at, at + 0.12, 2)] if paused else []
-        epoch = dataclasses.replace(free.epochs[0], end=free.epochs[0].end + 0.12)
-        runs[False] = dataclasses.replace(free, batches=moved, epochs=[epoch], pauses=pauses)
-        return runs
-
-    tail_claims = ["out of order, the longest wait is under half the in-order one",
-                   "the p99 step interval is at least 2× shorter out of order"]
-    checks = in_order.checks(stalled(paused=True), 0.01)
-    assert all(c.passed for c in checks), [c for c in checks if not c.passed]
-    assert in_order.data_wait_s(stalled(True)[False], stalled(True)[False].batches[40]) < 0.05
-    failed = failing(in_order.checks(stalled(paused=False), 0.01))
-    assert all(claim in failed for claim in tail_claims), failed
-
-
-def test_in_order_tails_need_enough_of_the_run_after_start_up():
-    from helpers.lessons import in_order
-
-    # A worker up only at the end of the run (here: its first batch is the last): too little tail
-    runs = straggler_runs()
-    free = runs[False]
-    last = free.batches[-1]
-    runs[False] = dataclasses.replace(free, batches=[*free.batches[:-1], dataclasses.replace(last, worker=7)])
-    tails = [c for c in in_order.checks(runs, 0.01) if c.passed is None]
-    assert len(tails) == 4 and all("start-up took most of the run" in c.premise for c in tails), tails
+    free = straggler_runs()[False]
+    k = len(free.batches) * 2 // 3
+    at = free.batches[k].wait_start
+    moved = [b if i < k else dataclasses.replace(
+        b, ready=b.ready + 0.12, step_end=b.step_end + 0.12,
+        wait_start=b.wait_start + (0.12 if i > k else 0.0),
+        fetch_start=b.fetch_start + (0.12 if i > k else 0.0), fetch_end=b.fetch_end + 0.12)
+        for i, b in enumerate(free.batches)]
+    epoch = dataclasses.replace(free.epochs[0], end=free.epochs[0].end + 0.12)
+    paused = dataclasses.replace(free, batches=moved, epochs=[epoch], pauses=[Pause(at, at + 0.12, 2)])
+    unpaused = dataclasses.replace(paused, pauses=[])
+    assert in_order.data_wait_s(paused, paused.batches[k]) < 0.05
+    assert in_order.data_wait_s(unpaused, unpaused.batches[k]) > 0.12
+    assert in_order.tail(paused)["p99"] < in_order.tail(unpaused)["p99"]
 
 
 def test_out_of_order_model_gives_a_stuck_workers_tasks_to_the_others():
@@ -1488,43 +1275,35 @@ def shm_case(
 def test_shared_memory_checks_pass_when_the_lesson_holds():
     from helpers.lessons import shared_memory
 
-    assert all(c.passed for c in shared_memory.checks(*shm_case()))
+    checks = shared_memory.checks(*shm_case())
+    assert [c.id for c in checks] == ["10.shm.within_budget", "10.shm.fails_when_too_small",
+                                      "10.shm.runs_with_room", "10.cleanup.nothing_left_behind"]
+    assert passed(checks)
 
 
 def test_shared_memory_checks_fail_when_memory_or_failures_behave_otherwise():
     from helpers.lessons import shared_memory
 
-    failed = failing(
-        shared_memory.checks(
-            *shm_case(
-                peak=64 * 2**20,
-                fd_error="MemoryError",
-                fail_code=0,
-                strategy_peak=0,
-                left={"segments": ["torch_1"], "children": []},
-            )
-        )
-    )
-    assert failed == [
-        "a run's /dev/shm use stays within num_workers × prefetch_factor + 2 batches",
-        "both sharing strategies allocate in /dev/shm",
-        "keeping shared batches under a low fd limit fails with PyTorch's real message",
-        "the same loader fails in a /dev/shm smaller than the batches it holds at once...",
-        "nothing is left behind: no new torch_* segment, no child process",
-    ]
+    checks = shared_memory.checks(*shm_case(peak=64 * 2**20, fail_code=0,
+                                            left={"segments": ["torch_1"], "children": []}))
+    assert_fails(checks, "10.shm.within_budget")
+    assert_fails(checks, "10.shm.fails_when_too_small")
+    assert_fails(checks, "10.cleanup.nothing_left_behind")
+    # a loader that fails in the larger /dev/shm as well
+    assert_fails(shared_memory.checks(*shm_case(room_code=1)), "10.shm.runs_with_room")
+    # the demos PyTorch documents are shown, not judged: whatever they did, no verdict changes
+    assert shared_memory.checks(*shm_case(fd_error="MemoryError", clone_code=1, strategy_peak=0)) \
+        == shared_memory.checks(*shm_case())
 
 
-def test_shared_memory_checks_fail_when_batches_skip_dev_shm_clones_fail_or_room_does_not_help():
+def test_shared_memory_budget_needs_the_batches_seen_in_dev_shm():
     from helpers.lessons import shared_memory
 
-    # Batches that never reach /dev/shm (1 MiB seen of a 2 MiB batch), keeping clones that fails
-    # too, and a loader that fails in the larger /dev/shm as well
-    failed = failing(shared_memory.checks(*shm_case(peak=2**20, clone_code=1, room_code=1)))
-    assert failed == [
-        "batches cross from workers through /dev/shm (at least one batch's worth in use)",
-        "keeping clones instead runs to the end",
-        "...and runs in one larger than its budget",
-    ]
+    # 1 MiB seen of a 2 MiB batch: the monitor did not see the batches cross; "within the budget" at
+    # (nearly) nothing measured is no pass
+    (within,) = with_id(shared_memory.checks(*shm_case(peak=2**20)), "10.shm.within_budget")
+    assert within.passed is None and "less than one batch" in within.premise
+    assert verdict(shared_memory.checks(*shm_case(peak=0)), "10.shm.within_budget") is None
 
 
 def test_shared_memory_exhaustion_needs_a_loader_that_holds_more_than_the_small_dev_shm():
@@ -1532,8 +1311,8 @@ def test_shared_memory_exhaustion_needs_a_loader_that_holds_more_than_the_small_
 
     # The old demo: 4 batches of 16 MiB, 64 MiB in all, could never need more than a 72 MiB /dev/shm;
     # a pass there would say nothing about the budget: the claim is untested, with the reason.
-    checks = shared_memory.checks(*shm_case(room_peak=50 * 2**20))
-    exhaustion = next(c for c in checks if c.claim.startswith("the same loader fails"))
+    (exhaustion,) = with_id(shared_memory.checks(*shm_case(room_peak=50 * 2**20)),
+                            "10.shm.fails_when_too_small")
     assert exhaustion.passed is None and "never held more than the small /dev/shm" in exhaustion.premise
 
 
@@ -1543,7 +1322,7 @@ def test_shared_memory_checks_without_dev_shm_say_so():
     case = list(shm_case())
     case[0] = False
     checks = shared_memory.checks(*case)
-    assert [c.passed for c in checks[:-1]] == [None] * 7 and "/dev/shm" in checks[0].premise
+    assert [c.passed for c in checks[:-1]] == [None] * 3 and "/dev/shm" in checks[0].premise
 
 
 # -- 11 · capstone -------------------------------------------------------------------------------
@@ -1580,35 +1359,38 @@ def test_capstone_reports_spawn_startup_as_a_premise_and_still_fails_without_it(
     from helpers.lessons import capstone
 
     slower = (4.7, 7.8, 7.8, 3.1, 3.05, 2.95)  # what `make start-methods` measured under spawn: 0.60×
-    checks = capstone.checks(*capstone_case(walls=slower, worker_startup=1.5), modelled_step=True)
-    first = next(c for c in checks if c.claim.startswith("+ workers, prefetch 2"))
+    rows = capstone.checks(*capstone_case(walls=slower, worker_startup=1.5), modelled_step=True)
+    first = with_id(rows, "11.chain.stage_not_slower")[0]
     assert first.passed is None and "starting its workers every epoch took 4.50 s" in first.premise
-    checks = capstone.checks(*capstone_case(walls=slower), modelled_step=True)  # fork-sized start-up
-    assert next(c for c in checks if c.claim.startswith("+ workers, prefetch 2")).passed is False
+    rows = capstone.checks(*capstone_case(walls=slower), modelled_step=True)  # fork-sized start-up
+    assert assert_fails(rows, "11.chain.stage_not_slower").claim.startswith("+ workers, prefetch 2")
 
 
 def test_capstone_checks_pass_when_the_lesson_holds():
     from helpers.lessons import capstone
 
-    checks = capstone.checks(*capstone_case(), modelled_step=True)
-    assert all(c.passed for c in checks), [c for c in checks if not c.passed]
+    rows = capstone.checks(*capstone_case(), modelled_step=True)
+    assert passed(rows), [c for c in checks_of(rows) if not c.passed]
+    (saved,) = expected_of(rows).values()
+    assert saved.expected == pytest.approx(0.04) and saved.measured == pytest.approx(0.04, abs=0.005)
+    # with a real model (a GPU) the same checks; nothing about the bound either way
+    assert checks_of(capstone.checks(*capstone_case(), modelled_step=False)) == checks_of(rows)
 
 
 def test_capstone_checks_fail_when_the_chain_does_not_behave_as_the_model_says():
     from helpers.lessons import capstone
 
-    failed = failing(
-        capstone.checks(
-            *capstone_case(walls=(4.7, 3.2, 4.2, 3.1, 3.05, 5.0), persistent_startup=0.04, model_factor=1.5),
-            modelled_step=True,
-        )
+    rows = capstone.checks(
+        *capstone_case(walls=(4.7, 3.2, 4.2, 3.1, 3.05, 5.0), persistent_startup=0.04, model_factor=1.5),
+        modelled_step=True,
     )
-    assert "+ pin_memory: not slower than the stage before (by more than 20 %)" in failed
-    assert "persistent workers: each epoch's first batch comes sooner by the workers' start-up" in failed
-    assert "+ workers, prefetch 2: the measured speedup follows the model for this step/load ratio" in failed
-    assert "the final stage runs within 15 % of the compute-only bound" in failed
-    gpu = capstone.checks(*capstone_case(), modelled_step=False)
-    assert gpu[-1].passed is None and "GPU" in gpu[-1].premise
+    assert "+ pin_memory: not slower than the stage before (by more than 20 %)" in [
+        c.claim for c in with_id(rows, "11.chain.stage_not_slower") if c.passed is False]
+    assert_fails(rows, "11.chain.stage_not_slower")
+    assert_fails(rows, "11.chain.follows_the_model")
+    # persistent workers that start again every epoch save nothing: the row shows it
+    (saved,) = expected_of(rows).values()
+    assert saved.measured == pytest.approx(0.0, abs=0.005) and saved.expected == pytest.approx(0.04)
 
 
 def test_capstone_sets_pinning_aside_where_no_batch_was_pinned():
@@ -1619,10 +1401,11 @@ def test_capstone_sets_pinning_aside_where_no_batch_was_pinned():
     # and the ratio is the run's noise. A GPU run (batches pinned) is judged.
     walls = (4.7, 3.2, 4.2, 3.1, 3.05, 2.95)
     claim = "+ pin_memory: not slower than the stage before (by more than 20 %)"
-    cpu = next(c for c in capstone.checks(*capstone_case(walls=walls, pinned=False), modelled_step=True)
-               if c.claim == claim)
+    unpinned = capstone.checks(*capstone_case(walls=walls, pinned=False), modelled_step=True)
+    (cpu,) = [c for c in with_id(unpinned, "11.chain.stage_not_slower") if c.claim == claim]
     assert cpu.passed is None and "no batch was pinned" in cpu.premise and cpu.measured == "0.76×"
-    assert claim in failing(capstone.checks(*capstone_case(walls=walls), modelled_step=True))
+    assert assert_fails(capstone.checks(*capstone_case(walls=walls), modelled_step=True),
+                        "11.chain.stage_not_slower").claim == claim
 
 
 def test_the_capstone_model_predicts_its_own_stages():
@@ -1687,61 +1470,29 @@ def test_copy_on_read_checks_pass_when_the_lesson_holds():
     from helpers.lessons import copy_on_read
 
     checks = copy_on_read.checks(*cow_case())
-    assert len(checks) == 11 and all(c.passed for c in checks), [str(c) for c in checks]
+    assert len(checks) == 6 and passed(checks), [str(c) for c in checks]
 
 
 def test_copy_on_read_checks_fail_when_lists_stay_shared_and_arrays_grow():
     from helpers.lessons import copy_on_read
 
-    failed = failing(copy_on_read.checks(*cow_case(
-        list_extra=0.1, obj_extra=0.2, array_extra=0.5, tensor_sent=10**8, persistent_same=False,
-        fresh_new=0, by_value=0.1, spawn_extra=0.1)))
-    assert failed == [
-        "forked workers reading a list of str each end up holding most of it (USS above a no-data worker's "
-        "by at least half the list, every worker)",
-        "an object-dtype NumPy array is copied like the list (same bound)",
-        "the numpy bytes storage stays within noise of a worker that holds no data",
-        "the buffer + offsets storage stays within noise of a worker that holds no data",
-        "the arrow storage stays within noise of a worker that holds no data",
-        "the tensor storage stays within noise of a worker that holds no data",
-        "with persistent_workers, epoch 2 is served by the same workers, still holding their copy",
-        "without persistent_workers, epoch 2's new workers copy the list again",
-        "spawned workers hold their own copy of the list (peak private dirty memory above a spawned no-data "
-        "worker's by at least half the list)",
-        "spawn and forkserver send each worker the list and the arrays by value (at least the names' bytes)",
-        "...but a tensor only as a handle to shared memory (under 1 % of its bytes)"], failed
+    checks = copy_on_read.checks(*cow_case(list_extra=0.1, obj_extra=0.2, array_extra=0.5))
+    assert failing(checks) == ["12.fork.list_is_copied"] * 2 + ["12.fork.arrays_stay_shared"] * 4
+    assert assert_fails(checks, "12.fork.list_is_copied").claim.startswith("forked workers reading a list")
+    assert_fails(checks, "12.fork.arrays_stay_shared")
+    # an object array alone that stays shared fails its bound
+    (_, obj) = with_id(copy_on_read.checks(*cow_case(obj_extra=0.2)), "12.fork.list_is_copied")
+    assert obj.passed is False and obj.claim.startswith("an object-dtype NumPy array")
 
 
-def test_copy_on_read_checks_fail_when_persistence_or_refork_keep_no_copy():
+def test_copy_on_read_shows_spawn_and_persistence_without_judging_them():
     from helpers.lessons import copy_on_read
 
-    failed = failing(copy_on_read.checks(*cow_case(persistent_kept=0.1, fresh_extra=0.2)))
-    assert failed == [
-        "with persistent_workers, epoch 2 is served by the same workers, still holding their copy",
-        "without persistent_workers, epoch 2's new workers copy the list again",
-    ]
-
-
-def test_copy_on_read_spawn_check_reads_private_dirty_not_uss():
-    # Measured here: spawned no-data workers' USS peaked anywhere from 322 to 474 MiB (library pages
-    # only one worker read in), while their private dirty memory stayed at 285.8-285.9 MiB and a list
-    # worker's at 311-315 MiB. A USS below "half the list" must not fail the check; private dirty decides.
-    from helpers.data.copy_on_read import MemoryRun, MiB
-    from helpers.lessons import copy_on_read
-
-    runs, sent, encoded, persistent, fresh, (_, none) = cow_case()
-    data = runs["list"].data_bytes
-    base = 300 * MiB
-    noisy_uss = [base + int(0.1 * data)] * 2
-    copied = MemoryRun("list", "spawn", data, [base] * 2, noisy_uss, 0, 0, [base + data] * 2)
-    claim = [c for c in copy_on_read.checks(runs, sent, encoded, persistent, fresh, (copied, none))
-             if c.claim.startswith("spawned workers")][0]
-    assert claim.passed, claim
-    low_private = [base + int(0.1 * data)] * 2
-    shared = MemoryRun("list", "spawn", data, [base] * 2, [base + data] * 2, 0, 0, low_private)
-    claim = [c for c in copy_on_read.checks(runs, sent, encoded, persistent, fresh, (shared, none))
-             if c.claim.startswith("spawned workers")][0]
-    assert claim.passed is False
+    # pickle's by-value sending, a spawned worker's own copy, and what persistent or new workers hold:
+    # Python's and PyTorch's documented behaviour, shown by the notebook
+    assert copy_on_read.checks(*cow_case(tensor_sent=10**8, persistent_same=False, persistent_kept=0.1,
+                                         fresh_new=0, by_value=0.1, spawn_extra=0.1)) \
+        == copy_on_read.checks(*cow_case())
 
 
 def test_copy_on_read_checks_report_their_premises():
@@ -1749,10 +1500,10 @@ def test_copy_on_read_checks_report_their_premises():
 
     runs, sent, encoded, *_, spawned = cow_case()
     no_fork = copy_on_read.checks(None, sent, encoded, None, None, spawned)
-    assert [c.passed for c in no_fork] == [None] * 8 + [True] * 3 and "spawn" in no_fork[0].premise
+    assert [c.passed for c in no_fork] == [None] * 6 and "spawn" in no_fork[0].premise
     small = copy_on_read.checks(*cow_case(list_mib=2.0))
-    assert [c.passed for c in small[:9]] == [None] * 9 and "use more names" in small[0].premise
-    assert "noise margin" in small[8].premise
+    assert [c.passed for c in small] == [None] * 6 and "use more names" in small[0].premise
+    assert {c.id for c in small} == {"12.fork.list_is_copied", "12.fork.arrays_stay_shared"}
 
 
 # -- 13 remote storage ------------------------------------------------------------------------
@@ -1805,19 +1556,6 @@ def remote_case(*, added=0.040, serial_rate=40.0, pool_rate=200.0, alone=0.050, 
                 cores=2.0)
 
 
-def _remote_failed(**changes):
-    from helpers.lessons import remote
-
-    return {c.claim for c in remote.checks(**remote_case(**changes)) if c.passed is False}
-
-
-def _remote_check(words, **changes):
-    from helpers.lessons import remote
-
-    (check,) = [c for c in remote.checks(**remote_case(**changes)) if words in c.claim]
-    return check
-
-
 def test_remote_grid_reading_gives_each_configuration_and_the_cpu_per_request():
     from helpers.lessons import remote
 
@@ -1828,138 +1566,61 @@ def test_remote_grid_reading_gives_each_configuration_and_the_cpu_per_request():
     assert "loader 4.5 ms, server 4.0 ms, proxy 0.8 ms" in text and "of 2 CPUs" in text
 
 
-def test_littles_law_takes_the_mean_request_of_the_window_the_rate_is_measured_in():
+def test_the_pool_s_fullness_is_read_in_the_window_every_worker_requests():
     import numpy as np
 
     from helpers.data.remote import Requests
     from helpers.lessons import remote
 
     # spawn: worker 0's pool ran alone for 0.4 s (8 requests of 50 ms at a time), then both workers'
-    # (16 of 120 ms): the rate is measured while both ran, and so must the request time be. The
-    # median of every request (50 ms) predicted 8x; 3.3x is what 16 in flight of 120 ms deliver
+    # (16 of 120 ms): the pool is judged while both ran, where both keep 8 in flight
     rows = [[0, j, w * 0.05, w * 0.05 + 0.04, (w + 1) * 0.05, 0, 8 * w + j, 0]
             for w in range(8) for j in range(8)]
     rows += [[k, j, 0.4 + w * 0.12, 0.4 + w * 0.12 + 0.1, 0.4 + (w + 1) * 0.12, 0, 0, 0]
              for k in (0, 1) for w in range(3) for j in range(8)]
     pool = Requests(np.array(rows, dtype=float))
     assert pool.window() == pytest.approx((0.4, 0.76))
-    assert pool.mean_s() == pytest.approx(0.12) and pool.median_s() == pytest.approx(0.05)
     assert pool.mean_in_flight() == pytest.approx(16)
     serial = remote_requests(2, 0.050)
-    (little,) = [c for c in remote.thread_checks((40.0, serial, 2), (16 / 0.12, pool, 2, 8), latency_s=0.04)
-                 if "requests in flight ÷" in c.claim]
-    assert little.passed, little
-    assert "16.0 of 16 in flight" in little.measured
+    checks = remote.thread_checks((40.0, serial, 2), (16 / 0.12, pool, 2, 8), latency_s=0.04)
+    (full,) = with_id(checks, "13.threads.requests_overlap")
+    assert full.passed and "16.0 of 2 × 8 in flight" in full.measured
 
 
-def test_remote_checks_pass_when_the_lesson_holds():
+def test_remote_checks_pass_and_show_the_proxy_s_round_trip_beside_its_setting():
     from helpers.lessons import remote
 
-    checks = remote.checks(**remote_case())
-    assert len(checks) == 10 and all(c.passed for c in checks), "\n".join(
-        f"{c.claim}: {c.measured} {c.premise}" for c in checks if not c.passed)
-
-
-def test_remote_checks_fail_when_the_proxy_adds_no_round_trip():
-    failed = _remote_failed(added=0.0)
-    assert any("orders of magnitude" in c for c in failed), "the server alone must not pass for remote"
-    assert any("the one round trip it is set to" in c for c in failed)
-    assert any("latency-bound" in c for c in failed)
-    two = _remote_failed(added=0.085)
-    assert any("the one round trip it is set to" in c for c in two), "two round trips fail too"
+    rows = remote.checks(**remote_case())
+    assert [c.id for c in checks_of(rows)] == ["13.serial.one_sample_per_request",
+                                               "13.threads.requests_overlap"]
+    assert passed(rows), rows
+    (first_byte,) = expected_of(rows).values()
+    assert first_byte.expected == 0.040 and first_byte.measured == pytest.approx(0.040, abs=0.001)
+    assert "local file's first byte 0.005 ms" in first_byte.note
+    # no round trip added: the row shows it, and nothing is judged on the lab's proxy
+    (none,) = expected_of(remote.checks(**remote_case(added=0.0))).values()
+    assert none.measured == pytest.approx(0.0, abs=0.001)
 
 
 def test_remote_checks_fail_when_one_get_at_a_time_beats_the_round_trip_or_idles():
-    assert any("one GET at a time" in c for c in _remote_failed(serial_rate=80.0))
+    from helpers.lessons import remote
+
+    assert_fails(remote.checks(**remote_case(serial_rate=80.0)), "13.serial.one_sample_per_request")
     # the workers kept no request in flight half of the time (a slow step held them back)
-    assert any("one GET at a time" in c for c in _remote_failed(serial_rate=20.0))
+    assert_fails(remote.checks(**remote_case(serial_rate=20.0)), "13.serial.one_sample_per_request")
+    assert verdict(remote.checks(**remote_case(serial_rate=math.nan)), "13.serial.one_sample_per_request") \
+        is None
 
 
 def test_remote_checks_fail_when_threads_do_not_overlap_requests():
-    # the pool ran its requests one after another: no speedup, one in flight per worker, and the
-    # configurations of section 4 kept their time alone but not their requests in flight
-    grid = {(1, 1): (1, 0.050), (1, 4): (1, 0.050), (2, 4): (2, 0.050)}
-    failed = _remote_failed(pool_rate=40.0, crowded=0.050, peaks=(2, 2), grid=grid)
-    for words in ("requests in flight:", "samples/s = requests in flight", "keeps its time alone"):
-        assert any(words in c for c in failed), words
-
-
-def test_remote_checks_fail_when_samples_per_s_is_not_in_flight_over_request_time():
-    # 16 in flight, each 80 ms: 200/s predicted; 120/s means something else held the loader back
-    assert any("samples/s = requests in flight" in c for c in _remote_failed(pool_rate=120.0))
-
-
-def test_remote_checks_fail_when_the_slowdown_is_not_in_the_store():
-    client_bound = {"client": 0.030, "send": 0.001, "proxy": 0.003, "round_trip": 0.040, "server": 0.005,
-                    "body": 0.001}
-    assert any("wait in the store" in c for c in _remote_failed(crowded_parts=client_bound))
-    # the wait is on the way to the store: opening the connection and writing the request (the worker's
-    # GIL or the proxy's accept, which these stamps cannot tell apart) counts for neither side
-    sending = {"client": 0.005, "send": 0.020, "proxy": 0.004, "round_trip": 0.040, "server": 0.010,
-               "body": 0.001}
-    assert any("wait in the store" in c for c in _remote_failed(crowded_parts=sending))
-    # the store did twice the work per request (retries, say): slower, but not from queueing
-    assert any("wait in the store" in c for c in _remote_failed(
-        crowded_cpu={"loader": 0.005, "server": 0.011, "proxy": 0.002}))
-
-
-def test_remote_store_premises_fail_without_a_slowdown_or_a_log():
-    kept = _remote_check("wait in the store", pool_rate=307.0, crowded=0.052)
-    assert kept.passed is None and "kept their time alone" in kept.premise
-    case = remote_case()
-    case["threaded"][1].parts = None
     from helpers.lessons import remote
 
-    (unlogged,) = [c for c in remote.checks(**case) if "wait in the store" in c.claim]
-    assert unlogged.passed is None and "store=" in unlogged.premise
-
-
-def test_remote_keeps_time_premise_fails_when_the_store_falls_behind_at_once():
-    grid = {(1, 1): (1, 0.050), (2, 1): (2, 0.052), (1, 4): (4, 0.090), (2, 4): (8, 0.150)}
-    check = _remote_check("keeps its time alone", grid=grid)
-    assert check.passed is None and "1.80×" in check.premise
-
-
-def test_remote_keeps_time_leaves_out_a_worker_whose_own_cpu_staggers_its_threads():
-    from helpers.lessons import remote
-
-    grid = {k: remote_requests(*v) for k, v in {(1, 1): (1, 0.050), (1, 4): (4, 0.052)}.items()}
-    # 1 worker × 8 threads kept its time (50 ms) but had only 4 in flight: 80/s of 160 (50 %)
-    cpu = {"server": 0.002, "proxy": 0.0004}
-    grid[1, 8] = remote_requests(4, 0.050, cpu={"loader": 0.0031, **cpu})     # 8 × 3.1 ms: 50 % of 50 ms
-    check = remote._keeps_time_check(grid, 0.050, cores=2.0)
-    assert check.passed is True and "left out" in check.measured
-    assert "1×8 (8 × 3.1 ms CPU = 50%" in check.measured
-    grid[1, 8] = remote_requests(4, 0.050, cpu={"loader": 0.0010, **cpu})     # 8 × 1 ms: 16 %, not the limit
-    check = remote._keeps_time_check(grid, 0.050, cores=2.0)
-    assert check.passed is False and "1×8: 80/s of 160" in check.measured
-    # every configuration with 4 or more in flight left out: nothing to test, and it says why
-    grid = {(1, 1): grid[1, 1], (1, 8): remote_requests(4, 0.050, cpu={"loader": 0.0031, **cpu})}
-    check = remote._keeps_time_check(grid, 0.050, cores=2.0)
-    assert check.passed is None and "workers' own CPU" in check.premise
-
-
-def test_remote_keeps_time_leaves_out_a_configuration_whose_set_rate_the_cores_cannot_feed():
-    """Notebook 13 under forkserver: 4 workers × 4 threads kept their 49 ms, at 49 % of the set rate —
-    350 requests/s at ~6.9 ms of CPU each (loader, server, proxy) would need 2.4 of 2 cores."""
-    from helpers.lessons import remote
-
-    grid = {k: remote_requests(*v) for k, v in {(1, 1): (1, 0.050), (1, 4): (4, 0.052)}.items()}
-    # 4 × 4 kept its time (50 ms) with 8 in flight: 160/s of 320 (50 %); 4 threads × 3.5 ms: 28 % of a request
-    grid[4, 4] = remote_requests(8, 0.050, cpu={"loader": 0.0035, "server": 0.0025, "proxy": 0.0005})
-    check = remote._keeps_time_check(grid, 0.050, cores=2.0)     # 320/s × 6.5 ms = 2.1 CPUs of 2
-    assert check.passed is True and "4×4 (320/s × 6.5 ms = 2.1 CPUs" in check.measured, check.measured
-    check = remote._keeps_time_check(grid, 0.050, cores=4.0)     # 2.1 of 4 cores: not the limit
-    assert check.passed is False and "4×4: 160/s of 320" in check.measured, check.measured
-    # nothing with 4 or more in flight left: the premise failed, and it says why
-    check = remote._keeps_time_check({(1, 1): grid[1, 1], (4, 4): grid[4, 4]}, 0.050, cores=2.0)
-    assert check.passed is None and "by the cores" in check.premise
-
-
-def test_remote_checks_fail_when_the_cache_does_not_serve_epoch_2():
-    failed = _remote_failed(carried=3_000_000, cache_rates=(270.0, 280.0))
-    assert any("no request reaches the store" in c for c in failed)
-    assert any("twice as fast" in c for c in failed)
+    # the pool ran its requests one after another, as threads taking turns for the GIL would: one in
+    # flight per worker of the 8 each was set
+    rows = remote.checks(**remote_case(pool_rate=40.0, crowded=0.050, peaks=(2, 2)))
+    assert "2.0 of 2 × 8 in flight" in assert_fails(rows, "13.threads.requests_overlap").measured
+    # half of them in flight on average is enough (a batch waits for its slowest request)
+    assert verdict(remote.checks(**remote_case(peaks=(2, 8))), "13.threads.requests_overlap") is True
 
 
 # -- 14 image pipeline ------------------------------------------------------------------------
@@ -1984,10 +1645,9 @@ def test_images_checks_pass_when_the_lesson_holds():
 def test_images_checks_fail_when_decoding_does_not_scale_or_scales_past_the_cores():
     from helpers.lessons import images
 
-    failed = {c.claim for c in images.checks(**images_case(rates={0: 500.0, 1: 490.0, 2: 520.0, 3: 900.0}))
-              if c.passed is False}
-    assert any("side by side" in c for c in failed)
-    assert any("beyond the cores" in c for c in failed)
+    checks = images.checks(**images_case(rates={0: 500.0, 1: 490.0, 2: 520.0, 3: 900.0}))
+    assert_fails(checks, "14.decode.workers_scale")
+    assert_fails(checks, "14.decode.little_gain_beyond_the_cores")
 
 
 def test_images_beyond_the_cores_is_judged_at_one_cpu_speed():
@@ -2000,17 +1660,16 @@ def test_images_beyond_the_cores_is_judged_at_one_cpu_speed():
     rates = {0: 540.0, 1: 490.0, 2: 826.0, 3: 1007.0}
 
     def beyond(cpu):
-        (check,) = [c for c in images.checks(**images_case(rates=rates, cpu_per_image=cpu))
-                    if "beyond the cores" in c.claim]
-        return check
+        return images.checks(**images_case(rates=rates, cpu_per_image=cpu))
 
-    slower_then = beyond({2: 2.30e-3, 3: 1.90e-3})
+    (slower_then,) = with_id(beyond({2: 2.30e-3, 3: 1.90e-3}), "14.decode.little_gain_beyond_the_cores")
     assert slower_then.passed is True and "at one CPU speed" in slower_then.claim, slower_then.measured
     assert "1.22× as measured" in slower_then.measured and "2.30 → 1.90 ms" in slower_then.measured
-    same_speed = beyond({2: 2.0e-3, 3: 2.0e-3})
-    assert same_speed.passed is False and same_speed.measured.startswith("1.22×"), same_speed.measured
-    unmeasured = beyond({2: float("nan"), 3: 2.0e-3})   # no CPU per image: the images/s alone, as before
-    assert unmeasured.passed is False and "at one CPU speed" not in unmeasured.claim
+    same_speed = assert_fails(beyond({2: 2.0e-3, 3: 2.0e-3}), "14.decode.little_gain_beyond_the_cores")
+    assert same_speed.measured.startswith("1.22×"), same_speed.measured
+    # no CPU per image: the images/s alone
+    unmeasured = assert_fails(beyond({2: float("nan"), 3: 2.0e-3}), "14.decode.little_gain_beyond_the_cores")
+    assert "at one CPU speed" not in unmeasured.claim
 
 
 def test_images_checks_fail_when_threads_behave_the_other_way():
@@ -2018,16 +1677,11 @@ def test_images_checks_fail_when_threads_behave_the_other_way():
 
     threads = {"large": {"1 worker": 460.0, "2 threads": 470.0, "2 workers": 820.0},
                "tiny": {"1 worker": 4400.0, "2 threads": 7600.0, "2 workers": 7700.0}}
-    failed = {c.claim for c in images.checks(**images_case(threads=threads)) if c.passed is False}
-    assert any(c.startswith("large images:") for c in failed)
-    assert any(c.startswith("tiny images: Python per image dominates") for c in failed)
-
-
-def test_images_checks_fail_on_a_slow_shard():
-    from helpers.lessons import images
-
-    failed = {c.claim for c in images.checks(**images_case(shard=(0.9, 0.8))) if c.passed is False}
-    assert any(c.startswith("from remote storage, one GET of the shard") for c in failed), failed
+    checks = images.checks(**images_case(threads=threads))
+    assert assert_fails(checks, "14.threads.large_images_release_the_gil").claim.startswith("large images:")
+    assert assert_fails(checks, "14.threads.tiny_images_hold_the_gil").claim.startswith("tiny images:")
+    # a shard no faster than a GET per file is the lab's own round trips: shown, not judged
+    assert images.checks(**images_case(shard=(0.9, 0.8))) == images.checks(**images_case())
 
 
 def test_images_sweep_goes_past_the_effective_cores_of_a_large_machine():
@@ -2068,9 +1722,8 @@ def test_images_checks_inside_a_quota_of_one_and_a_half_cpus():
     (beyond,) = [c for c in inside if "beyond the cores" in c.claim]
     assert beyond.passed is True and "3 workers" in beyond.claim
     rates[3] = 980.0
-    (beyond,) = [c for c in images.checks(**images_case(rates=rates, cores=2, cores_free=1.47, effective=1.5))
-                 if "beyond the cores" in c.claim]
-    assert beyond.passed is False
+    assert_fails(images.checks(**images_case(rates=rates, cores=2, cores_free=1.47, effective=1.5)),
+                 "14.decode.little_gain_beyond_the_cores")
 
 
 def test_decode_rate_leaves_start_up_and_the_tail_out():
@@ -2113,8 +1766,7 @@ def test_cpu_per_image_counts_every_fetch_that_measured_its_cpu():
 # -- 15 resume ----------------------------------------------------------------------------------
 def _resume_result(kind, repeats=(), missing=(), resumed=range(80, 256)):
     """A resume of 256 samples from the checkpoint at step 10: every sample once, but ``repeats``
-    twice and ``missing`` never; the resumed run trained ``resumed`` (by default in order from the
-    checkpoint: batches of 8, 10 skipped)."""
+    twice and ``missing`` never; the resumed run trained ``resumed``."""
     import collections
 
     from helpers.data.resume import ResumeResult
@@ -2142,8 +1794,8 @@ def test_resume_checks_pass_when_the_lesson_holds():
     from helpers.lessons import resume
 
     checks = resume.checks(**resume_case())
-    assert all(c.passed for c in checks), "\n".join(
-        f"{c.claim}: {c.measured}" for c in checks if not c.passed)
+    assert [c.id for c in checks] == ["15.stateful.every_sample_once", "15.snapshot.costs_time_per_step"]
+    assert passed(checks)
 
 
 def test_resume_checks_fail_when_resuming_is_not_what_the_lesson_says():
@@ -2154,72 +1806,24 @@ def test_resume_checks_fail_when_resuming_is_not_what_the_lesson_says():
 
     case = resume_case()
     lossy = ResumeResult("stateful", 256, 10, 13, -9, collections.Counter(range(200)), [])
-    case["results"] = {**case["results"], "stateful": lossy, "restart": case["results"]["stateful"],
-                       "skip": case["results"]["restart"]}
+    case["results"] = {**case["results"], "stateful": lossy}
     case["per_step"] = {1: 0.001, 64: 0.001}
-    failed = {c.claim for c in resume.checks(**case) if c.passed is False}
-    assert failed == {
-        "after a real SIGKILL, the StatefulDataLoader trains on every sample of the epoch exactly once",
-        "a restarted DataLoader trains again on exactly the checkpointed batches (checkpoint step × batch = "
-        "80 repeats, none missing)",
-        "in order with the same seed, skipping the checkpointed batches by count is exact",
-        "a worker-state snapshot every step costs time per step (vs every 64)"}, failed
+    checks = resume.checks(**case)
+    assert_fails(checks, "15.stateful.every_sample_once")
+    assert_fails(checks, "15.snapshot.costs_time_per_step")
     # a resumed run that was not killed for real does not pass either
     unkilled = ResumeResult("stateful", 256, 10, 13, 0, collections.Counter(range(256)), [])
-    (stateful,) = [c for c in resume.checks(**resume_case(results={**resume_case()["results"],
-                                                                    "stateful": unkilled}))
-                   if "StatefulDataLoader" in c.claim]
-    assert stateful.passed is False
+    assert_fails(resume.checks(**resume_case(results={**resume_case()["results"], "stateful": unkilled})),
+                 "15.stateful.every_sample_once")
 
 
-def _out_of_order_claim(repeats, missing, resumed=range(80, 256)):
+def test_resume_shows_restart_and_skip_by_count_without_judging_them():
     from helpers.lessons import resume
 
+    # a seeded restart and a skip by count: the documented order and its arithmetic, printed by the notebook
     case = resume_case()
-    case["shuffled"] = {"skip, in_order=False": _resume_result("skip", repeats, missing, resumed)}
-    (claim,) = [c for c in resume.checks(**case) if "out of order" in c.claim]
-    return claim
-
-
-def test_resume_out_of_order_check_fails_when_the_damage_is_not_overtaking():
-    # Out of order, the skip went wrong but not as overtaking makes it (checkpoint after 10 batches of 8):
-    # two batches repeated and one dropped; repeats with nothing missing; a batch after the checkpoint
-    # dropped; a batch before it repeated; half a batch repeated.
-    for repeats, missing in ((range(80, 96), range(72, 80)), (range(80, 88), ()),
-                             (range(80, 88), range(96, 104)), (range(64, 72), range(72, 80)),
-                             (range(80, 84), range(72, 76))):
-        claim = _out_of_order_claim(repeats, missing)
-        assert claim.passed is False, claim
-
-
-def test_resume_out_of_order_check_holds_when_a_slow_moment_makes_two_batches_overtake():
-    # 16 repeats and 16 missing: two batches after the checkpoint counted in it and trained again, and
-    # the two they overtook never trained.
-    claim = _out_of_order_claim(range(80, 96), range(64, 80))
-    assert claim.passed is True, claim
-    assert "trained twice: batch 10, 11, never: batch 8, 9" in claim.measured
-
-
-def test_resume_out_of_order_premise_fails_when_the_resumed_run_delivered_out_of_order_too():
-    # Inside 1 CPU, batch 8 can train twice and batch 9 never, which the planted cold batch 9 cannot make
-    # alone: the resumed run skips batches 0-7, 9 and 10 as its first ten (a worker stopped by the
-    # quota) and trains 8 and 11 onwards. Judged as overtaking in the first run, the check would fail;
-    # it says instead that its premise, an in-order resumed run, failed.
-    resumed = [*range(64, 72), *range(88, 256)]
-    claim = _out_of_order_claim(range(64, 72), range(72, 80), resumed)
-    assert claim.passed is None and "skipped batches 0-7, 9, 10" in claim.premise, claim
-    assert "trained twice: batch 8, never: batch 9" in claim.measured, claim
-    # The same counts from a resumed run in order (it skipped 0-9: a lab that skipped wrongly) still fail.
-    assert _out_of_order_claim(range(64, 72), range(72, 80)).passed is False
-
-
-def test_resume_out_of_order_premise_fails_when_the_order_happened_to_match():
-    from helpers.lessons import resume
-
-    case = resume_case()
-    case["shuffled"] = {"skip, in_order=False": case["results"]["skip"]}
-    (claim,) = [c for c in resume.checks(**case) if "out of order" in c.claim]
-    assert claim.passed is None and "overtook" in claim.premise
+    wrong = {**case["results"], "restart": case["results"]["stateful"], "skip": case["results"]["restart"]}
+    assert resume.checks(**resume_case(results=wrong, shuffled={})) == resume.checks(**case)
 
 
 # -- 16 diagnose ----------------------------------------------------------------------------------
@@ -2233,16 +1837,21 @@ class _FakeDiagnosis:
         return self._knobs
 
 
-def test_diagnosis_checks_pass_when_the_lesson_holds():
+def test_diagnosis_checks_pass_and_show_what_the_diagnosis_named_beside_what_was_planted():
     from helpers.lessons import diagnosis
 
     mysteries = {"A": _FakeDiagnosis(["num_workers"]),
                  "B": _FakeDiagnosis(["collate_fn", "num_workers"]),
                  "C": _FakeDiagnosis(["persistent_workers"])}
-    checks = diagnosis.checks(mysteries, {"A": "num_workers", "B": "collate_fn", "C": "persistent_workers"},
-                              _FakeDiagnosis(["none"], 1.1, 0.03), [-0.0002] * 10, 10,
-                              followed=[_followed(0.064, 0.0215, 0.021)])
-    assert len(checks) == 7 and all(c.passed for c in checks)
+    rows = diagnosis.checks(mysteries, {"A": "num_workers", "B": "collate_fn", "C": "persistent_workers"},
+                            _FakeDiagnosis(["none"], 1.1, 0.03), [-0.0002] * 10, 10,
+                            followed=[_followed(0.064, 0.0215, 0.021)])
+    assert [c.id for c in checks_of(rows)] == ["16.profiler.spans_agree"] and passed(rows)
+    named = expected_of(rows)
+    b = named["loader B: the knob the diagnosis names"]
+    assert (b.measured, b.expected) == ("collate_fn, num_workers", "collate_fn")
+    fed = named["a loader that keeps up: the diagnosis names no data knob, only 'make the step faster'"]
+    assert (fed.measured, fed.expected) == ("none", "none") and "waited 3%" in fed.note
 
 
 def _followed(before_s, after_s, predicted_s, noise_s=0.001):
@@ -2250,22 +1859,6 @@ def _followed(before_s, after_s, predicted_s, noise_s=0.001):
 
     advice = Recommendation("num_workers", "num_workers=4", "…", {"num_workers": 4}, predicted_s)
     return Followed(advice, before_s, after_s, noise_s, None)
-
-
-def test_diagnosis_follow_check_fails_when_the_advice_does_not_deliver_its_prediction():
-    from helpers.lessons import diagnosis
-
-    mysteries = {"A": _FakeDiagnosis(["num_workers"])}
-    def follow(followed):
-        (check,) = [c for c in diagnosis.checks(mysteries, {"A": "num_workers"}, _FakeDiagnosis(["none"]),
-                                                [0.0] * 4, 4, followed=followed)
-                    if c.claim.startswith("following loader A's first recommendation makes a step faster")]
-        return check
-
-    for followed in ([_followed(0.064, 0.040, 0.021)], [_followed(0.064, 0.070, 0.065)]):
-        assert follow(followed).passed is False, follow(followed)
-    # no setting to follow: nothing to test (the mystery checks judge the diagnosis of A)
-    assert follow([]).passed is None and "no recommendation" in follow([]).premise
 
 
 def test_the_follow_check_allows_the_model_s_own_miss_measured_before_the_change():
@@ -2302,70 +1895,41 @@ def _after_run(worker_ready):
     return SimpleNamespace(timeline=Timeline(batches=[], epochs=[epoch], config={}))
 
 
-def test_diagnosis_follow_check_reports_workers_still_starting_as_a_premise():
-    # make notebooks START_METHOD=spawn on the slower kind: 68.3 -> 48.2 ms against a predicted 21.6;
-    # spawned workers each import torch, and a short run can end before the last one is ready.
-    from helpers.lessons import diagnosis
-
-    mysteries = {"A": _FakeDiagnosis(["num_workers"])}
-    late = _followed(0.068, 0.048, 0.0216)
-    late.after = _after_run({0: 0.05, 1: 0.06, 2: 0.3, 3: 0.4})  # the last ready 0.3 s after the first batch
-    assert late.ramp_share() == pytest.approx(0.6)
-    (check,) = [c for c in diagnosis.checks(mysteries, {"A": "num_workers"}, _FakeDiagnosis(["none"]),
-                                            [0.0] * 4, 4, followed=[late]) if "following" in c.claim]
-    assert check.passed is None and "still starting for 60%" in check.premise
-    # every worker ready before the first batch (fork): judged, and the same miss fails
-    early = _followed(0.068, 0.048, 0.0216)
-    early.after = _after_run({0: 0.02, 1: 0.03, 2: 0.03, 3: 0.04})
-    assert early.ramp_share() == 0.0
-    (check,) = [c for c in diagnosis.checks(mysteries, {"A": "num_workers"}, _FakeDiagnosis(["none"]),
-                                            [0.0] * 4, 4, followed=[early]) if "following" in c.claim]
-    assert check.passed is False and "still starting for 0%" in check.measured
-    # forkserver, notebook 16: workers starting for a quarter of the run; the pace is measured once
-    # all are up, so the run is judged (the miss fails), not set aside
-    quarter = _followed(0.068, 0.048, 0.0216)
-    quarter.after = _after_run({0: 0.05, 1: 0.1, 2: 0.2, 3: 0.225})
-    assert quarter.ramp_share() == pytest.approx(0.25)
-    (check,) = [c for c in diagnosis.checks(mysteries, {"A": "num_workers"}, _FakeDiagnosis(["none"]),
-                                            [0.0] * 4, 4, followed=[quarter]) if "following" in c.claim]
-    assert check.passed is False and "still starting for 25%" in check.measured
-
-
-def test_diagnosis_fed_check_reports_workers_still_starting_as_a_premise():
+def test_diagnosis_fed_row_says_when_workers_were_still_starting():
     # make notebooks START_METHOD=spawn on the slower kind: the fed loader was told "unexplained", the
     # loop waited 25 % after its first batch, with spawned workers still importing torch.
     from helpers.lessons import diagnosis
 
     mysteries = {"A": _FakeDiagnosis(["num_workers"])}
 
-    def fed_check(worker_ready):
+    def fed_row(worker_ready):
         fed = _FakeDiagnosis(["unexplained"], 1.1, 0.25)
         fed.timeline = _after_run(worker_ready).timeline
-        (check,) = [c for c in diagnosis.checks(mysteries, {"A": "num_workers"}, fed, [0.0] * 4, 4)
-                    if "keeps up" in c.claim]
-        return check
+        (row,) = [e for what, e in expected_of(diagnosis.checks(mysteries, {"A": "num_workers"}, fed,
+                                                                [0.0] * 4, 4)).items() if "keeps up" in what]
+        return row
 
-    late = fed_check({0: 0.05, 1: 0.4})  # the second worker ready 0.3 s after the first batch: 60 %
-    assert late.passed is None and "still starting for 60%" in late.premise, late
-    on_time = fed_check({0: 0.05, 1: 0.08})  # both before the first batch: judged, and it fails
-    assert on_time.passed is False and "waited 25%" in on_time.measured, on_time
+    late = fed_row({0: 0.05, 1: 0.4})  # the second worker ready 0.3 s after the first batch: 60 %
+    assert late.measured == "unexplained" and "still starting for 60%" in late.note, late
+    on_time = fed_row({0: 0.05, 1: 0.08})  # both before the first batch
+    assert "still starting" not in on_time.note and "waited 25%" in on_time.note, on_time
 
 
-def test_diagnosis_checks_fail_when_the_diagnosis_misses_or_disagrees():
+def test_diagnosis_checks_fail_when_the_profiler_disagrees():
     from helpers.lessons import diagnosis
 
-    mysteries = {"A": _FakeDiagnosis(["prefetch_factor"], headroom=1.1),
-                 "B": _FakeDiagnosis(["num_workers"]),
-                 "C": _FakeDiagnosis(["none"])}
-    checks = diagnosis.checks(mysteries, {"A": "num_workers", "B": "collate_fn", "C": "persistent_workers"},
-                              _FakeDiagnosis(["num_workers"]), [0.01] * 9, 10)
-    assert failing(checks) == [
-        "the diagnosis of loader A names its planted cause (num_workers)",
-        "the diagnosis of loader B names its planted cause (collate_fn)",
-        "the diagnosis of loader C names its planted cause (persistent_workers)",
-        "a loader that keeps up gets no data knob, only 'make the step faster'",
-        "an input-bound loader has headroom: the cache replay runs at least 1.5× faster",
-        "torch.profiler's DataLoader spans agree with the lab's waits (one per batch, within 2 ms each)"]
+    mysteries = {"A": _FakeDiagnosis(["prefetch_factor"], headroom=1.1)}
+    # 9 spans for 10 batches, each 10 ms off the lab's wait
+    rows = diagnosis.checks(mysteries, {"A": "num_workers"}, _FakeDiagnosis(["num_workers"]), [0.01] * 9, 10)
+    assert_fails(rows, "16.profiler.spans_agree")
+    named = expected_of(rows)["loader A: the knob the diagnosis names"]
+    assert (named.measured, named.expected) == ("prefetch_factor", "num_workers")
+    # no span found at all is a failure (the profiler's names moved), not a missing measurement
+    assert_fails(diagnosis.checks(mysteries, {"A": "num_workers"}, _FakeDiagnosis(["none"]), [], 10, 0),
+                 "16.profiler.spans_agree")
+    # a difference that was not measured is
+    assert verdict(diagnosis.checks(mysteries, {"A": "num_workers"}, _FakeDiagnosis(["none"]),
+                                    [0.0, math.nan], 2), "16.profiler.spans_agree") is None
 
 
 # -- 00b my GPU is idle ---------------------------------------------------------------------------
@@ -2380,9 +1944,12 @@ def test_way_in_checks_pass_when_the_lesson_holds():
     from helpers.lessons import way_in
 
     before, after = _plain(64, 25), _plain(1, 25)
-    checks = way_in.checks(before, SimpleNamespace(steady_wait_share=0.70), [_followed(0.089, 0.030, 0.026)],
-                           after)
-    assert [c.passed for c in checks] == [True, True, True], checks
+    diagnosed = SimpleNamespace(steady_wait_share=0.70, fetch_mean_s=0.072, replay_step_s=0.025)
+    rows = way_in.checks(before, diagnosed, [_followed(0.089, 0.030, 0.026)], after)
+    assert [c.passed for c in checks_of(rows)] == [True, True], rows
+    (share,) = expected_of(rows).values()
+    assert share.measured == pytest.approx(64 / 89) and share.expected == pytest.approx(72 / 97)
+    assert share.unit == "%" and "the diagnosis read 70%" in share.note
     assert "highly input-bound" in way_in.reading(*before) and "not input-bound" in way_in.reading(*after)
     assert way_in.steady_wait_share(*before) == pytest.approx(64 / 89)  # the first batch left out
 
@@ -2395,17 +1962,22 @@ def test_way_in_checks_fail_when_the_plain_loop_misreads_or_the_advice_does_not_
     # an unsynchronised GPU step reads as its launch cost: the plain loop's share is far off
     unsynced = _plain(64, 0.05)
     # the advice brought a third of its predicted gain; with it the loop still waits 40 %
-    checks = way_in.checks(unsynced, SimpleNamespace(steady_wait_share=0.70),
-                           [_followed(0.089, 0.068, 0.026)], _plain(17, 25))
-    assert failing(checks) == [
-        "15 lines of plain PyTorch read the wait share the diagnosis measures (within 10% of the time)",
-        "the diagnosis's first advice, followed, brings at least half the gain it predicted",
-        "with that advice the plain loop no longer waits for data most of the time (under 20 %, beyond its "
-        "own work per batch, m)"], checks
+    rows = way_in.checks(unsynced, SimpleNamespace(steady_wait_share=0.70),
+                         [_followed(0.089, 0.068, 0.026)], _plain(17, 25))
+    assert_fails(rows, "00b.advice.brings_half_the_gain")
+    assert_fails(rows, "00b.advice.loop_stops_waiting")
+    # the misreading is shown beside the diagnosis's reading (no fetch or step to model: not measured)
+    (share,) = expected_of(rows).values()
+    assert share.measured > 0.99 and "the diagnosis read 70%" in share.note and math.isnan(share.expected)
     # no advice to follow: its gain cannot be judged (the next check still asks whether the loop waits)
-    (no_advice,) = [c for c in way_in.checks(_plain(64, 25), SimpleNamespace(steady_wait_share=0.7), [],
-                                             _plain(2, 25)) if "advice" in c.claim and "gain" in c.claim]
+    (no_advice,) = with_id(way_in.checks(_plain(64, 25), SimpleNamespace(steady_wait_share=0.7), [],
+                                         _plain(2, 25)), "00b.advice.brings_half_the_gain")
     assert no_advice.passed is None and "advised no setting" in no_advice.premise
+    # advice that predicted no gain: no share of a gain to judge
+    (none,) = with_id(way_in.checks(_plain(64, 25), SimpleNamespace(steady_wait_share=0.7),
+                                    [_followed(0.03, 0.03, 0.04)], _plain(2, 25)),
+                      "00b.advice.brings_half_the_gain")
+    assert none.passed is None
 
 
 def test_way_in_sets_the_no_longer_waits_claim_aside_at_the_sizing_rules_knee():
@@ -2413,18 +1985,16 @@ def test_way_in_sets_the_no_longer_waits_claim_aside_at_the_sizing_rules_knee():
 
     from helpers.lessons import way_in
 
-    claim = ("with that advice the plain loop no longer waits for data most of the time (under 20 %, "
-             "beyond its own work per batch, m)")
+    stops = "00b.advice.loop_stops_waiting"
     before, waits = _plain(64, 25), _plain(7, 25)  # after the advice the loop still waits 7 ms a batch
     # 3 workers at 78 / 3 = 26 ms against a loop of 25 + 1.8 ms: 3 % to spare, jitter decides
     knee = SimpleNamespace(steady_wait_share=0.70, fetch_mean_s=0.078, replay_step_s=0.025, main_s=0.0018)
-    (at_knee,) = [c for c in way_in.checks(before, knee, [_followed(0.089, 0.030, 0.026)], waits, 3)
-                  if c.claim == claim]
+    (at_knee,) = with_id(way_in.checks(before, knee, [_followed(0.089, 0.030, 0.026)], waits, 3), stops)
     assert at_knee.passed is None and "knee" in at_knee.premise and "3% to spare" in at_knee.premise
     # 4 workers at 88 / 4 = 22 ms: 18 % to spare, judged, and the same waiting fails it
     clear = SimpleNamespace(steady_wait_share=0.70, fetch_mean_s=0.088, replay_step_s=0.025, main_s=0.0018)
     assert way_in.knee_slack(clear, 4) == pytest.approx(1 - 22 / 26.8)
-    assert claim in failing(way_in.checks(before, clear, [_followed(0.089, 0.030, 0.026)], waits, 4))
+    assert_fails(way_in.checks(before, clear, [_followed(0.089, 0.030, 0.026)], waits, 4), stops)
 
 
 def test_way_in_leaves_out_each_workers_first_batch_after_the_advice():
@@ -2435,15 +2005,14 @@ def test_way_in_leaves_out_each_workers_first_batch_after_the_advice():
     # spawned workers start one after another: batches 2 and 3 wait for workers 1 and 2 to start
     before = _plain(64, 25)
     spawned = ([0.08, 0.15, 0.15] + [0.001] * 21, [0.025] * 24)
-    claim = ("with that advice the plain loop no longer waits for data most of the time (under 20 %, "
-             "beyond its own work per batch, m)")
+    stops = "00b.advice.loop_stops_waiting"
     args = (before, SimpleNamespace(steady_wait_share=0.70), [_followed(0.089, 0.030, 0.026)], spawned)
-    assert claim in failing(way_in.checks(*args))  # from the second batch on: 34 %
+    assert_fails(way_in.checks(*args), stops)  # from the second batch on: 34 %
     assert not failing(way_in.checks(*args, workers_after=3))
     assert "first 3 batches, one per worker" in way_in.reading(*spawned, skip=3)
     # a loop that still waits after each worker's first batch fails all the same
     still = ([0.08, 0.15, 0.15] + [0.017] * 21, [0.025] * 24)
-    assert claim in failing(way_in.checks(*args[:3], still, workers_after=3))
+    assert_fails(way_in.checks(*args[:3], still, workers_after=3), stops)
 
 
 def test_way_in_counts_the_wait_beyond_the_loops_own_work_per_batch():
@@ -2456,15 +2025,14 @@ def test_way_in_counts_the_wait_beyond_the_loops_own_work_per_batch():
     # m, the loop receiving each batch, 0.6 ms; no worker count removes m
     before = _plain(64, 25)
     after = ([0.05] * 14 + [0.0012] * 46, [0.0044] * 60)
-    claim = ("with that advice the plain loop no longer waits for data most of the time (under 20 %, "
-             "beyond its own work per batch, m)")
+    stops = "00b.advice.loop_stops_waiting"
     args = (before, SimpleNamespace(steady_wait_share=0.70))
     received = replace(_followed(0.089, 0.030, 0.026), after=SimpleNamespace(main_s=0.0006))
-    assert claim not in failing(way_in.checks(*args, [received], after, workers_after=14))
-    assert claim in failing(way_in.checks(*args, [_followed(0.089, 0.030, 0.026)], after, workers_after=14))
+    assert verdict(way_in.checks(*args, [received], after, workers_after=14), stops) is True
+    assert_fails(way_in.checks(*args, [_followed(0.089, 0.030, 0.026)], after, workers_after=14), stops)
     # m does not excuse a wait for the data itself
     waits = ([0.05] * 14 + [0.0032] * 46, [0.0044] * 60)
-    assert claim in failing(way_in.checks(*args, [received], waits, workers_after=14))
+    assert_fails(way_in.checks(*args, [received], waits, workers_after=14), stops)
     text = way_in.reading(*after, skip=14, main_s=0.0006)
     assert "0.6 ms is the loop's own work" in text and "11% of the time is waiting for the data" in text
     assert way_in.data_wait_share(*after, 0.0, 14) == pytest.approx(way_in.steady_wait_share(*after, 14))
@@ -2499,8 +2067,8 @@ def test_way_in_reports_a_loader_that_keeps_up_as_a_failed_premise():
     from helpers.lessons import way_in
 
     keeps_up = _plain(0.5, 25)
-    checks = way_in.checks(keeps_up, SimpleNamespace(steady_wait_share=0.02), [], keeps_up)
-    assert checks[0].passed is True and [c.passed for c in checks[1:]] == [None, None]
+    rows = way_in.checks(keeps_up, SimpleNamespace(steady_wait_share=0.02), [], keeps_up)
+    assert [c.passed for c in checks_of(rows)] == [None, None] and len(expected_of(rows)) == 1
     with pytest.raises(ValueError, match="at least 2 batches"):
         way_in.steady_wait_share([0.1], [0.1])
 
@@ -2540,53 +2108,61 @@ def dist_case():
                 killed=killed, n=251, left_behind=set())
 
 
+PACE = ("the slowest rank sets the pace: the other ranks' steps per second, at the straggler's data rate "
+        "(1 / its fetch per batch)")
+HELPED = ("with the sizing rule's workers + 1 on the straggler's rank, its loop no longer waits for data: "
+          "the share of its time per step spent waiting (median)")
+
+
 def test_distributed_checks_pass_when_the_lesson_holds():
     from helpers.lessons import distributed
 
-    checks = distributed.checks(**dist_case())
-    assert len(checks) == 8 and all(c.passed for c in checks), "\n".join(
-        f"{c.claim}: {c.measured} {c.premise}" for c in checks if not c.passed)
+    rows = distributed.checks(**dist_case())
+    assert [c.id for c in checks_of(rows)] == ["17.torchrun.reports_a_killed_rank"] and passed(rows)
+    expected = expected_of(rows)
+    assert expected[PACE].expected == pytest.approx(25.0) and expected[PACE].measured == pytest.approx(25.0)
+    assert "rank 0 30.0 ms" in expected[PACE].note  # its wait in all_reduce
+    assert expected[HELPED].expected == 0.0 and expected[HELPED].measured == pytest.approx(0.001 / 0.011)
+    assert "the rule + 1 = 6 workers" in expected[HELPED].note
 
 
 def test_distributed_checks_fail_when_the_lesson_is_false():
     from helpers.lessons import distributed
 
     case = dist_case()
-    # set_epoch swapped, padding missing, no waiting for the straggler, no gain from the workers the rule
-    # asked for, a survivor left behind, the killed rank not among the failures
-    case["with_epoch"], case["without_epoch"] = case["without_epoch"], case["with_epoch"]
-    case["straggler"].ranks[0].sync_waits = [0.001] * 10
-    case["helped"].ranks = case["straggler"].ranks
-    case["left_behind"] = {4242}
+    case["left_behind"] = {4242}  # a survivor left behind
+    assert "4242" in assert_fails(distributed.checks(**case), "17.torchrun.reports_a_killed_rank").measured
+    case = dist_case()  # the killed rank not among the failures
     case["killed"].output = case["killed"].output.replace("exitcode  : -9", "exitcode  : 1")
-    failed = [c.claim for c in distributed.checks(**case) if c.passed is False]
-    for words in ("without set_epoch, every epoch draws the same order", "with set_epoch, the order changes",
-                  "drop_last=False pads every epoch by repeating samples", "drop_last=True drops 251 mod 2",
-                  "the other ranks wait for it in all_reduce", "no rank waits for data: the straggler's loop",
-                  "a rank killed with SIGKILL fails the launch"):
-        assert sum(claim.startswith(words) or words in claim for claim in failed) == 1, words
-    assert len(failed) == 7, failed
+    assert_fails(distributed.checks(**case), "17.torchrun.reports_a_killed_rank")
+    case = dist_case()  # torchrun reported success
+    case["killed"].returncode = 0
+    assert_fails(distributed.checks(**case), "17.torchrun.reports_a_killed_rank")
 
 
-def test_distributed_helped_check_fails_short_of_the_loops_pace_and_needs_the_rules_workers():
+def test_distributed_shows_the_sampler_and_the_straggler_without_judging_them():
     from helpers.lessons import distributed
 
+    # set_epoch swapped, padding missing, no waiting for the straggler, no gain from the added workers:
+    # DistributedSampler's documented arithmetic and the lab's sleeps, shown, never a verdict
     case = dist_case()
+    case["with_epoch"], case["without_epoch"] = case["without_epoch"], case["with_epoch"]
+    case["straggler"].ranks[0].sync_waits = [0.001] * 10
     slow = case["helped"].ranks[1].timeline
     for i, b in enumerate(slow.batches):  # 6 workers, but rank 1 still waits 10 ms for data every 20 ms
         slow.batches[i] = type(b)(**{**vars(b), "ready": i * 0.02 + 0.01, "step_end": i * 0.02 + 0.019})
-    (pace,) = [c for c in distributed.checks(**case) if "no rank waits for data" in c.claim]
-    assert pace.passed is False
-    case = dist_case()
-    case["helped"].workers = {0: 1, 1: 5}  # fewer than ⌈40 / 9⌉ + 1: the claim is not about this run
-    (pace,) = [c for c in distributed.checks(**case) if "no rank waits for data" in c.claim]
-    assert pace.passed is None and "asks for 6" in pace.premise
+    rows = distributed.checks(**case)
+    assert passed(rows) and expected_of(rows)[HELPED].measured > 0.2
+
+
+def test_distributed_helped_row_says_when_the_fetches_themselves_slowed():
+    from helpers.lessons import distributed
+
     case = dist_case()  # the helped run's fetches took 80 ms: 6 workers deliver 75/s, below the loop's 111/s
     slow = case["helped"].ranks[1].timeline.batches
     for i, b in enumerate(slow):
         slow[i] = type(b)(**{**vars(b), "fetch_end": b.fetch_start + 0.08})
-    (pace,) = [c for c in distributed.checks(**case) if "no rank waits for data" in c.claim]
-    assert pace.passed is None and "slowed the fetches themselves" in pace.premise
+    assert "below the loop's 111" in expected_of(distributed.checks(**case))[HELPED].note
 
 
 def test_distributed_kill_check_does_not_depend_on_which_rank_torchrun_names():
@@ -2596,21 +2172,20 @@ def test_distributed_kill_check_does_not_depend_on_which_rank_torchrun_names():
     case["killed"].output = ("Failures:\n[1]:\n  rank      : 1 (local_rank: 1)\n  exitcode  : -9 (pid: 1)  "
                              "(SIGKILL)\n------\nRoot Cause (first observed failure):\n[0]:\n  rank      : 0 "
                              "(local_rank: 0)\n  exitcode  : 1 (pid: 2)\n======")
-    (kill,) = [c for c in distributed.checks(**case) if "killed with SIGKILL" in c.claim]
-    assert kill.passed, kill.measured
+    assert verdict(distributed.checks(**case), "17.torchrun.reports_a_killed_rank") is True
     assert case["killed"].failures() == {1: "-9 (pid: 1)  (SIGKILL)", 0: "1 (pid: 2)"}
     assert case["killed"].root_cause()["rank"].startswith("0")
 
 
-def test_distributed_pace_check_fails_when_the_fast_ranks_go_their_own_speed():
+def test_distributed_pace_row_shows_fast_ranks_that_go_their_own_speed():
     from helpers.lessons import distributed
 
     case = dist_case()
     fast = case["straggler"].ranks[0].timeline
     for i, b in enumerate(fast.batches):  # rank 0 steps every 10 ms: not held back by rank 1
         fast.batches[i] = type(b)(**{**vars(b), "ready": i * 0.01, "step_end": i * 0.01 + 0.005})
-    (pace,) = [c for c in distributed.checks(**case) if "sets the pace" in c.claim]
-    assert pace.passed is False
+    row = expected_of(distributed.checks(**case))[PACE]
+    assert row.measured > 2 * row.expected
 
 
 def test_distributed_checks_report_a_failed_launch():
@@ -2660,7 +2235,8 @@ def main_process_case(**change):
 
 def test_main_process_checks_pass_when_the_lesson_holds():
     checks = main_process_case()
-    assert len(checks) == 7 and failing(checks) == [] and not [c for c in checks if c.passed is None]
+    assert [c.id for c in checks] == ["19.main.many_tensors_cost_more", "19.gil.threads_take_turns"]
+    assert passed(checks)
 
 
 def test_main_process_checks_fail_when_the_lesson_is_false():
@@ -2668,50 +2244,23 @@ def test_main_process_checks_fail_when_the_lesson_is_false():
 
     assert main_process.h100_model()["share_of_bound"] == pytest.approx(0.37, abs=0.005)
     # many tensors cost no more than one
-    assert failing(main_process_case(m={"many tensors": 0.002})) == [
-        "many small tensors cost the main process more than one stacked tensor of the same bytes"]
-    # more workers kept helping: 5 workers at n/5, well under the floor; the one-worker run off the model
-    assert failing(main_process_case(sweep={5: 0.018, 1: 0.04})) == [
-        "5 workers: the time per batch is the model's floor y + m, not n/5",
-        "one worker: the workers set the pace, n",
-        "4 → 5 workers: no gain once at the floor"]
-    # no lift: stacking changes nothing; threads as slow as the baseline (and the GIL-holding threads,
-    # at 35 ms, no slower than the loop's own pace of 30 ms plus a quarter of their work)
-    slow = {"one stacked tensor": 0.03, "threads, GIL released": 0.03}
-    assert failing(main_process_case(lifts=slow)) == [
-        "one stacked tensor instead of many: faster by the m it saves",
-        "threads for GIL-releasing work: no hand-over, the pace is the step's",
-        "threads for work that holds the GIL: one batch at a time, at least its work"]
+    assert_fails(main_process_case(m={"many tensors": 0.002}), "19.main.many_tensors_cost_more")
     # GIL-holding threads faster than their own work: they ran in parallel
-    assert failing(main_process_case(gil_held_s=0.01)) == [
-        "threads for work that holds the GIL: one batch at a time, at least its work"]
+    assert_fails(main_process_case(gil_held_s=0.01), "19.gil.threads_take_turns")
+    # threads as slow as the baseline: the GIL-holding threads, at 35 ms, no slower than the loop's own
+    # pace of 30 ms plus a quarter of their work
+    assert_fails(main_process_case(lifts={"one stacked tensor": 0.03}), "19.gil.threads_take_turns")
     # a slow machine (the loop alone 26 ms a batch): threads in parallel keep about the loop's pace, above
     # 80 % of their 30 ms of work, and still fail: one at a time is well above the loop's pace
     slow_loop = {"one stacked tensor": 0.026, "uint8": 0.026}
-    assert failing(main_process_case(lifts=slow_loop, gil_held_s=0.027)) == [
-        "threads for work that holds the GIL: one batch at a time, at least its work"]
+    assert_fails(main_process_case(lifts=slow_loop, gil_held_s=0.027), "19.gil.threads_take_turns")
 
 
-def test_main_process_no_gain_is_judged_only_where_a_gain_could_be_told_apart():
-    claim = "4 → 5 workers: no gain once at the floor"
-    # the model puts 4 workers above the floor (n/4 > y + m): a gain is expected there, not judged
-    from helpers.lessons import main_process
-
-    y, m_many = 0.02, 0.01
-    above = main_process.predicted_sweep(4.4 * (y + m_many), y, m_many, [1, 2, 4, 5])
-    (check,) = [c for c in main_process_case(sweep=above, predicted=above) if c.claim == claim]
-    assert check.passed is None and "above the floor" in check.premise, check
-    # steps so noisy that 5/4 = 1.25× could not be told from 1.0×: not judged either
-    (check,) = [c for c in main_process_case(step_noise_s=0.0028) if c.claim == claim]
-    assert check.passed is None and "could not tell no gain from a gain" in check.premise, check
-    # where it can be told, a gain fails it
-    assert claim in failing(main_process_case(sweep={4: 0.04}))
-
-
-def test_main_process_checks_report_starved_workers_as_a_premise():
-    checks = main_process_case(top_wait_share=0.4, sweep={5: 0.05}, cores=2.0)
-    untested = [c for c in checks if c.passed is None]
-    assert len(untested) == 1 and "waited for data 40%" in untested[0].premise
+def test_main_process_shows_the_sweep_and_the_lifts_without_judging_them():
+    # more workers kept helping, a starved top count, stacking or threads that lift nothing: the model
+    # on the lab's sleeps, plotted by the notebook beside the measurement
+    assert main_process_case(sweep={5: 0.018, 1: 0.04, 4: 0.04}, top_wait_share=0.4, step_noise_s=0.0028,
+                             lifts={"threads, GIL released": 0.03}) == main_process_case()
 
 
 def test_main_process_per_batch_reads_a_loss_every_8_steps_over_8_positions():
@@ -2735,17 +2284,16 @@ def test_main_process_per_batch_reads_a_loss_every_8_steps_over_8_positions():
 def test_main_process_gil_check_says_when_one_cpu_cannot_tell_turns_from_parallel_threads():
     # Inside a 1-CPU quota 30 ms of GIL-holding work per batch takes 30 ms whether the threads take turns
     # or would run side by side: the check (at least 29.5 ms here) would pass either way.
-    claim = "threads for work that holds the GIL: one batch at a time, at least its work"
-    (inside,) = [c for c in main_process_case(cores=1.0, gil_held_s=0.031) if c.claim == claim]
+    gil = "19.gil.threads_take_turns"
+    (inside,) = with_id(main_process_case(cores=1.0, gil_held_s=0.031), gil)
     assert inside.passed is None and "on 1 CPU the 30 ms of CPU per batch" in inside.premise
     # on two CPUs it is tested, and threads that ran side by side fail it
-    assert claim in failing(main_process_case(cores=2.0, gil_held_s=0.016))
-    assert claim not in failing(main_process_case(cores=2.0, gil_held_s=0.031))
+    assert_fails(main_process_case(cores=2.0, gil_held_s=0.016), gil)
+    assert verdict(main_process_case(cores=2.0, gil_held_s=0.031), gil) is True
     # 1.1 CPU: the 30 ms of work alone (27 ms a batch) is under the 29.5 ms asked for, so it is judged;
     # with the loop's own CPU the batch needs 34 ms (31 ms on 1.1 CPU): set aside
-    assert claim in failing(main_process_case(cores=1.1, gil_held_s=0.016))
-    beside_cpu = main_process_case(cores=1.1, gil_held_s=0.031, held_cpu_s=0.034)
-    (beside,) = [c for c in beside_cpu if c.claim == claim]
+    assert_fails(main_process_case(cores=1.1, gil_held_s=0.016), gil)
+    (beside,) = with_id(main_process_case(cores=1.1, gil_held_s=0.031, held_cpu_s=0.034), gil)
     assert beside.passed is None and "34 ms of CPU per batch" in beside.premise, beside
 
 
@@ -2800,38 +2348,37 @@ def randomness_case(**broken):
 
 def test_bugs_randomness_checks_pass_when_the_lesson_holds():
     checks = bugs.randomness_checks(randomness_case())
-    assert len(checks) == 6 and all(c.passed for c in checks), [(c.claim, c.measured) for c in checks]
+    assert [c.id for c in checks] == ["18.generator.workers_draw_the_same"] * 2 + ["18.reseed.no_repeats"]
+    assert passed(checks), [(c.claim, c.measured) for c in checks]
 
 
 def test_bugs_randomness_checks_fail_when_the_lesson_is_false():
     unique = lambda e, w, k, i: 10 * e + w + k / 100  # noqa: E731  every worker and epoch its own values
-    failed = failing(bugs.randomness_checks(randomness_case(
-        numpy=draw_run(unique),  # workers that differ and epochs that differ
-        torch=draw_run(lambda e, w, k, i: e + w + k / 100, source="torch"),  # workers differ, epochs overlap
-        persistent=draw_run(lambda e, w, k, i: k / 100, persistent=True),  # persistent, yet epochs repeat
-        reseeded=draw_run(lambda e, w, k, i: k / 100, reseeded=True))))  # reseeded, yet workers repeat
-    assert failed == [
-        "a generator made in __init__ (np.random.default_rng(0)) is copied into every worker: the workers "
-        "draw the same sequence",
-        "without persistent workers every epoch starts from that copy (np.random.default_rng(0)): each epoch "
-        "draws the first epoch's values again",
-        "a generator made in __init__ (a torch.Generator) is copied into every worker: the workers draw the "
-        "same sequence",
-        "without persistent workers every epoch starts from that copy (a torch.Generator): each epoch draws "
-        "the first epoch's values again",
-        "persistent_workers=True: no epoch draws an earlier epoch's values again, yet the workers still "
-        "draw the same sequence",
-        "reseeded in worker_init_fn from get_worker_info().seed: no value is drawn twice, by any worker or "
-        "epoch"], failed
+    checks = bugs.randomness_checks(randomness_case(
+        numpy=draw_run(unique),  # workers that differ, as if torch reseeded the dataset's generator
+        torch=draw_run(lambda e, w, k, i: e + w + k / 100, source="torch"),
+        reseeded=draw_run(lambda e, w, k, i: k / 100, reseeded=True)))  # reseeded, yet workers repeat
+    assert failing(checks) == ["18.generator.workers_draw_the_same"] * 2 + ["18.reseed.no_repeats"]
+    assert "np.random.default_rng(0)" in assert_fails(checks, "18.generator.workers_draw_the_same").claim
+    assert_fails(checks, "18.reseed.no_repeats")
+    # reseeded workers that repeat only across epochs (each epoch's seeds the first's) fail it too
+    same_seeds = draw_run(lambda e, w, k, i: w + k / 100, reseeded=True)
+    assert_fails(bugs.randomness_checks(randomness_case(reseeded=same_seeds)), "18.reseed.no_repeats")
 
 
-def test_bugs_randomness_checks_say_which_run_is_missing():
+def test_bugs_randomness_checks_need_runs_that_could_show_a_repeat():
     checks = bugs.randomness_checks([draw_run(lambda e, w, k, i: k, workers=1)])
-    assert [c.passed for c in checks] == [None] * 6
-    uneven = draw_run(lambda e, w, k, i: e + k / 100, persistent=True, n=6)  # worker 0 draws 4, worker 1 2
-    (persistent,) = [c for c in bugs.randomness_checks(randomness_case(persistent=uneven))
-                     if c.claim.startswith("persistent_workers=True")]
-    assert persistent.passed is None and "unequal shares" in persistent.premise
+    assert [c.passed for c in checks] == [None] * 3
+    one = lambda e, w, k, i: 10 * e + w + k / 100  # noqa: E731
+    # one epoch, a persistent run, or one draw per worker an epoch: a repeat could not have shown
+    for run in (draw_run(one, reseeded=True, epochs=1), draw_run(one, reseeded=True, persistent=True),
+                draw_run(one, reseeded=True, n=2, batch=1)):
+        (fix,) = with_id(bugs.randomness_checks(randomness_case(reseeded=run)), "18.reseed.no_repeats")
+        assert fix.passed is None and "2+ epochs" in fix.premise, run
+    # workers that drew nothing agree vacuously: no verdict
+    (copied,) = with_id(bugs.randomness_checks([draw_run(lambda e, w, k, i: k, n=2, batch=2)]),
+                        "18.generator.workers_draw_the_same")[:1]
+    assert copied.passed is None and "each drawing 2 or more values" in copied.premise
 
 
 def stream_run_of(dataset, *, length=10, workers=2, batch=4, drop_last=False, epochs=1, per_worker=None):
@@ -2860,32 +2407,15 @@ def stream_case(**broken):
     return list(runs.values())
 
 
-def test_bugs_stream_checks_pass_when_the_lesson_holds():
-    checks = bugs.stream_checks(stream_case())
-    assert len(checks) == 3 and all(c.passed for c in checks), [(c.claim, c.measured) for c in checks]
+def test_bugs_stream_checks_judge_nothing():
+    # each worker yields the whole unsharded stream and batches its own shard's tail: documented behaviour
+    assert bugs.stream_checks(stream_case()) == [] and bugs.stream_checks([]) == []
     # shards of 5 in batches of 4: each worker's last batch holds 1; drop_last loses 2 (a map-style loader 2)
     assert helpers.shard_tails(10, 2, 4) == {"shards": [5, 5], "tails": [1, 1], "short_batches": 2,
                                              "dropped": 2, "map_style_short": 1, "map_style_dropped": 2}
     # four equal tails: each one counted (the notebook's full size: shards of 26, 26, 25, 25)
     four = stream_run_of("ShardedStream", length=102, workers=4, batch=16)
     assert sorted(four.short) == [9, 9, 10, 10]
-    assert all(c.passed for c in bugs.stream_checks(stream_case(sharded=four)) if "inside each" in c.claim)
-
-
-def test_bugs_stream_checks_fail_when_the_lesson_is_false():
-    main_batched = {0: list(range(0, 8)), 1: [8, 9]}  # as if batched in the main process: one short batch
-    failed = failing(bugs.stream_checks(stream_case(
-        unsharded=stream_run_of("UnshardedStream"),  # it sharded after all: each id once
-        sharded=stream_run_of("ShardedStream", per_worker=main_batched),
-        # drop_last that lost nothing: the batches were refilled across the shards' ends
-        dropped=stream_run_of("ShardedStream", drop_last=True,
-                              per_worker={0: list(range(8)), 1: [8, 9, 0, 1]}))))
-    assert failed == [
-        "without sharding every worker yields the whole stream: each id arrives num_workers times",
-        "batches are built inside each worker: each worker ends its shard with a short batch of its own",
-        "drop_last=True drops each worker's short batch: the samples lost are the shards' remainders, not "
-        "N mod batch_size"], failed
-    assert [c.passed for c in bugs.stream_checks([])] == [None] * 3
 
 
 def compiled_case_run(*, steps, rows, recompiles=0, drop_last=False, padded=False, dynamic=False,
@@ -2915,43 +2445,31 @@ def compiled_case(**broken):
 
 def test_bugs_compile_checks_pass_when_the_lesson_holds():
     checks = bugs.compile_checks(compiled_case(), noise_s=0.0005)
-    assert len(checks) == 4 and all(c.passed for c in checks), [(c.claim, c.measured) for c in checks]
+    assert [c.id for c in checks] == ["18.compile.ragged_step_is_long"] and passed(checks)
 
 
 def test_bugs_compile_checks_fail_when_the_lesson_is_false():
     rows = [8, 8, 4] * 2
-    failed = failing(bugs.compile_checks(compiled_case(
-        # a recompile every epoch, and the ragged batch's step no longer than the others
-        plain=compiled_case_run(steps=[0.5, 0.001, 0.001, 0.001, 0.001, 0.001], rows=rows, recompiles=2),
+    # the ragged batch's step no longer than the others (a warm cache, or dynamic shapes from the start)
+    checks = bugs.compile_checks(compiled_case(
+        plain=compiled_case_run(steps=[0.5, 0.001, 0.001, 0.001, 0.001, 0.001], rows=rows, recompiles=1)),
+        noise_s=0.0005)
+    assert_fails(checks, "18.compile.ragged_step_is_long")
+    assert [c.passed for c in bugs.compile_checks([], 0.0)] == [None]
+    # torch's count of recompiles, the fixes and the padding mask are shown, not judged
+    assert bugs.compile_checks(compiled_case(
+        dynamic=compiled_case_run(steps=[0.5, 0.001, 0.4, 0.001, 0.001, 0.001], rows=rows, dynamic=True),
         padded=compiled_case_run(steps=[0.5] + [0.001] * 5, rows=rows, padded=True, recompiles=1,
-                                 trained={i: 2 for i in range(16)}),  # recompiled, and lost samples
-        dynamic=compiled_case_run(steps=[0.5, 0.001, 0.4, 0.001, 0.001, 0.001], rows=rows, dynamic=True)),
-        noise_s=0.0005))
-    assert failed == [
-        "the ragged last batch makes torch.compile recompile the step — once, not every epoch (later epochs "
-        "reuse what was compiled)",
-        "on the timeline, the ragged batch's step is suddenly long: it compiles",
-        "the batch dimension marked dynamic: no recompile, and epoch 0's last step is short again",
-        "padding trains on every sample once per epoch: the mask leaves the padding rows out (read from the "
-        "loss's gradient: the rows it reached)"], failed
-    # the padding rows reached the loss (counted under id -1): the mask was not applied
-    unmasked = {**{i: 2 for i in range(20)}, -1: 8}
-    assert failing(bugs.compile_checks(compiled_case(
-        padded=compiled_case_run(steps=[0.5] + [0.001] * 5, rows=[8, 8, 4] * 2, padded=True,
-                                 trained=unmasked)),
-        noise_s=0.0005)) == [
-        "padding trains on every sample once per epoch: the mask leaves the padding rows out (read from the "
-        "loss's gradient: the rows it reached)"]
-    assert [c.passed for c in bugs.compile_checks([], 0.0)] == [None, None]
+                                 trained={i: 2 for i in range(16)})), noise_s=0.0005) \
+        == bugs.compile_checks(compiled_case(), noise_s=0.0005)
 
 
-def test_bugs_compile_checks_report_a_recompile_within_the_noise_as_a_failed_premise():
-    # a recompile that took 1.5 ms beside 1 ms steps: too close to tell the fixes' last step from it
+def test_bugs_compile_check_reports_a_step_within_the_noise_as_a_failed_premise():
+    # a recompile that took 1.5 ms beside 1 ms steps: too close to tell from the median step
     plain = compiled_case_run(steps=[0.5, 0.001, 0.0015, 0.001, 0.001, 0.001], rows=[8, 8, 4] * 2,
                               recompiles=1)
-    checks = bugs.compile_checks(compiled_case(plain=plain), noise_s=0.0005)
-    fixes = [c for c in checks if "no recompile, and epoch 0's last step" in c.claim]
-    assert len(fixes) == 1 and all(c.passed is None and "noise" in c.premise for c in fixes)
+    (check,) = bugs.compile_checks(compiled_case(plain=plain), noise_s=0.0005)
+    assert check.passed is None and "noise" in check.premise
 
 
 # -- 20 · a Dataset defined in a notebook cell -------------------------------------------------------
@@ -3013,7 +2531,9 @@ def cell_checks(lesson=None, costs=None):
 
 def test_cell_defined_checks_pass_when_the_lesson_holds():
     checks = cell_checks()
-    assert len(checks) == 13 and failing(checks) == [] and not [c for c in checks if c.passed is None]
+    assert [c.id for c in checks] == ["20.forkserver.dead_worker_found_at_status_check",
+                                      "20.start.slower_than_fork_every_epoch"]
+    assert passed(checks)
 
 
 def test_cell_defined_checks_fail_when_the_lesson_is_false():
@@ -3023,42 +2543,30 @@ def test_cell_defined_checks_fail_when_the_lesson_is_false():
         return CellRun("", "error", seconds, "AttributeError: Can't get attribute 'Squares'\n",
                        ("RuntimeError", "DataLoader worker (pid(s) 1) exited unexpectedly"))
 
-    works = CellRun("", "ok", 2.0, SQUARES)
-    # a forked worker that could not run the cell's Dataset
-    assert failing(cell_checks(cell_lesson({("Dataset class in a cell", "fork"): dies()}))) == [
-        "fork workers inherit what a cell defines: every row works"]
-    # a kernel whose __main__ spawned workers could import: the Dataset row works under spawn
-    assert failing(cell_checks(cell_lesson({("Dataset class in a cell", "spawn"): works}))) == [
-        "spawn: a worker cannot find a class or function defined in a cell (\"Can't get attribute\")"]
-    # the lambda reached the workers and they died: not a failure in the kernel
-    assert failing(cell_checks(cell_lesson({("lambda collate_fn in a cell", "forkserver"): dies(0.2)}))) == [
-        "forkserver: a lambda cannot be sent at all: the cell fails before any worker starts, faster than a "
-        "worker could fail"]
-    # the module's loader failed under forkserver
-    assert failing(cell_checks(cell_lesson({("all three from squares.py", "forkserver"): dies()}))) == [
-        "the same code in a module beside the notebook works under every start method"]
     # forkserver's workers died and the loop learnt of it at once, not at a status check
     early = {("Dataset class in a cell", "forkserver"): dies(2.9)}
-    assert failing(cell_checks(cell_lesson(early))) == [
-        "forkserver: the loop learns of a dead worker only at its status check, every 5 s (a whole number of "
-        "5 s, + 0.8 s at most)"]
-    # after the edit, forkserver workers ran the old code
-    stale = {"main process": works, "fork": works, "forkserver": works}
-    assert failing(cell_checks(cell_lesson(edited=stale))) == [
-        "after an edit without reload, forkserver workers run the file's new code; the kernel and fork "
-        "workers the old"]
-    # the dataset made again still ran the old code
-    old = {"made before the reload": cell_lesson().reloaded["made before the reload"],
-           "made again": CellRun("", "ok", 2.0, SQUARES)}
-    assert failing(cell_checks(cell_lesson(reloaded=old))) == [
-        "after importlib.reload, a dataset made before it can no longer be sent; made again, it runs the new "
-        "code"]
-    # a dataset made before the reload still pickled
-    tenfold = CellRun("", "ok", 2.0, TENFOLD)
-    pickled = {"made before the reload": tenfold, "made again": tenfold}
-    assert failing(cell_checks(cell_lesson(reloaded=pickled))) == [
-        "after importlib.reload, a dataset made before it can no longer be sent; made again, it runs the new "
-        "code"]
+    assert_fails(cell_checks(cell_lesson(early)), "20.forkserver.dead_worker_found_at_status_check")
+    # a forkserver worker that did not die: nothing to time
+    works = CellRun("", "ok", 2.0, SQUARES)
+    (alive,) = with_id(cell_checks(cell_lesson({("Dataset class in a cell", "forkserver"): works})),
+                       "20.forkserver.dead_worker_found_at_status_check")
+    assert alive.passed is None and "did not die" in alive.premise
+
+
+def test_cell_defined_shows_what_pickling_and_imports_do_without_judging_them():
+    from helpers.data.child_kernel import CellRun
+    from helpers.lessons.cell_defined import StartupRun
+
+    # which rows work under which start method, what an edit or a reload reaches, what persistence spares
+    # and each worker's copy of the index: Python's and PyTorch's documented behaviour, in the tables
+    works = CellRun("", "ok", 2.0, SQUARES)
+    broken = cell_lesson({("Dataset class in a cell", "spawn"): works},
+                         edited={"main process": works, "fork": works, "forkserver": works})
+    MiB = 2**20
+    costs = {**cell_costs(),
+             ("forkserver", True, True): StartupRun("forkserver", True, [3.9, 3.0], [300 * MiB] * 2),
+             ("fork", False, True): StartupRun("fork", False, [0.06, 0.05], [20 * MiB] * 2)}
+    assert cell_checks(broken, costs) == cell_checks()
 
 
 def test_cell_defined_cost_checks_fail_when_the_lesson_is_false():
@@ -3067,34 +2575,21 @@ def test_cell_defined_cost_checks_fail_when_the_lesson_is_false():
     MiB = 2**20
     # forkserver workers started at 4× fork's pace
     fast = StartupRun("forkserver", False, [0.2, 0.2], [300 * MiB] * 2)
-    assert failing(cell_checks(costs={**cell_costs(), ("forkserver", False, True): fast})) == [
-        "forkserver workers start far slower than fork workers, at every epoch without persistent_workers "
-        "(5× or more)"]
-    # persistent workers started again in epoch 2
-    kept = StartupRun("forkserver", True, [3.9, 3.0], [300 * MiB] * 2)
-    assert failing(cell_checks(costs={**cell_costs(), ("forkserver", True, True): kept})) == [
-        "forkserver: persistent_workers removes epoch 2's start-up (under a fifth of a fresh start)"]
-    # forked workers that copied half the index at their first batch
-    copied = StartupRun("fork", False, [0.06, 0.05], [20 * MiB] * 2)
-    assert failing(cell_checks(costs={**cell_costs(), ("fork", False, True): copied})) == [
-        "fork: a worker starts sharing the index (USS above a worker without it by under a quarter of the "
-        "index)"]
-    # forkserver workers without a copy of the index
-    light = StartupRun("forkserver", False, [3.5, 3.4], [282 * MiB] * 2)
-    assert failing(cell_checks(costs={**cell_costs(), ("forkserver", False, True): light})) == [
-        "forkserver: each worker holds its own copy of the index (USS above a worker without it by at least "
-        "half the index)"]
+    assert_fails(cell_checks(costs={**cell_costs(), ("forkserver", False, True): fast}),
+                 "20.start.slower_than_fork_every_epoch")
+    # without fork there is nothing to compare with
+    no_fork = {k: v for k, v in cell_costs().items() if k[0] != "fork"}
+    assert verdict(cell_checks(costs=no_fork), "20.start.slower_than_fork_every_epoch") is None
 
 
-def test_cell_defined_needs_fork_and_a_pickling_method_to_judge():
+def test_cell_defined_needs_forkserver_to_time_a_dead_worker():
     from helpers.lessons import cell_defined
 
     lesson = cell_lesson()
-    lesson.methods = ["spawn", "forkserver"]
-    lesson.table = {k: v for k, v in lesson.table.items() if k[1] != "fork"}
+    lesson.methods = ["fork", "spawn"]
+    lesson.table = {k: v for k, v in lesson.table.items() if k[1] != "forkserver"}
     checks = cell_defined.checks(lesson, cell_costs(), 16 * 2**20)
-    assert [c.claim for c in checks if c.passed is None] == [
-        "fork workers inherit what a cell defines: every row works"]
+    assert [c.id for c in checks] == ["20.start.slower_than_fork_every_epoch"]
 
 
 def test_a_failure_at_the_loops_status_check_is_told_from_one_noticed_at_once():

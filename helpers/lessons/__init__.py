@@ -1,10 +1,12 @@
 """Each notebook's lesson checks and the verdicts its prose reads, as tested functions.
 
 One module per notebook topic; each has a ``checks(...)`` function that takes what the
-notebook measured and returns :class:`helpers.Check` objects (``helpers.show_checks``
-renders them and raises when one fails). ``tests/test_lessons.py`` runs every one of them
-on a configuration where its lesson does not hold, and shows it failing. Every module here is a
-topic (the check framework is ``helpers/classroom/checks.py``).
+notebook measured and returns :class:`helpers.Check` objects, each with its id written here as a
+string literal, and :class:`~helpers.classroom.checks.Expected` rows for what the lab's own
+workload fixes (``helpers.show_checks`` renders both and raises when a check fails).
+``tests/test_lessons.py`` shows every check failing by its id (``assert_fails``) on a
+configuration where its claim does not hold and its premise does. Every module here is a topic
+(the check framework is ``helpers/classroom/checks.py``).
 
 May import: ``helpers.config``, ``helpers.cores``, ``helpers.system``, ``helpers.models``,
 ``helpers.timing``, ``helpers.data``, ``helpers.classroom`` and ``helpers.lessons``.

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..classroom.checks import Check, at_least, exceeds, near, premise_failed, timing_noise_s
+from ..classroom.checks import Check, Expected, at_least, near, premise_failed
 from ..timing.analysis import epoch_first_batch_gaps
 from ..timing.settings import LoaderSettings
 from ..timing.theory import measured_main_s, measured_serial_s, simulate
@@ -157,13 +157,18 @@ def checks(
     bound_s: float,
     predicted: dict[str, float],
     modelled_step: bool,
-) -> list[Check]:
+) -> list[Check | Expected]:
     """``measured``: each stage's measured epochs; ``predicted``: the model's speedup vs baseline at
     this run's step; ``modelled_step``: the step is the lab's modelled one (CPU) rather than a
-    real model on a GPU."""
+    real model on a GPU.
+
+    Not checks: what persistent workers save each epoch's first batch (PyTorch keeps them alive:
+    an :class:`Expected` row beside the start-up measured), and the final stage against the
+    compute-only bound (``bound_s``: the notebook's table shows every stage's efficiency; with the
+    modelled step it is the step's own arithmetic, with a real model the GPU's)."""
     names = list(measured)
     wall = {n: tl.wall_s for n, tl in measured.items()}
-    out = []
+    out: list[Check | Expected] = []
     startup = {n: sum(tl.worker_startup_s(e.epoch) for e in tl.epochs if e.worker_ready)
                for n, tl in measured.items()}
     pinned = {n: any(b.pin_start is not None for b in tl.batches) for n, tl in measured.items()}
@@ -176,7 +181,8 @@ def checks(
             # 1 CPU on a slower machine: 0.77x between the two identical loaders).
             out.append(premise_failed(claim, f"{wall[before] / wall[after]:.2f}×",
                                       "no batch was pinned: without an accelerator PyTorch turns pin_memory "
-                                      "off, so this stage ran the same loader as the one before"))
+                                      "off, so this stage ran the same loader as the one before",
+                                      id="11.chain.stage_not_slower"))
             continue
         added = startup[after] - startup[before]
         if added > 0.2 * wall[before]:
@@ -185,21 +191,17 @@ def checks(
             out.append(premise_failed(claim, f"{wall[before] / wall[after]:.2f}×",
                                       f"starting its workers every epoch took {startup[after]:.2f} s of its "
                                       f"{wall[after]:.2f} s: "
-                                      "a later stage, persistent_workers, removes that"))
+                                      "a later stage, persistent_workers, removes that",
+                                      id="11.chain.stage_not_slower"))
             continue
-        out.append(at_least(claim, wall[before] / wall[after], 0.8, unit="×"))
-    noise = timing_noise_s([b.step_s for b in measured["baseline"].batches]) if modelled_step else 0.0
+        out.append(at_least(claim, wall[before] / wall[after], 0.8, unit="×", id="11.chain.stage_not_slower"))
     fresh, kept = measured["+ pin_memory"], measured["+ persistent_workers"]
-    saved = statistics.fmean(fresh.worker_startup_s(e.epoch) for e in fresh.epochs if e.worker_ready)
-    out.append(
-        exceeds(
-            "persistent workers: each epoch's first batch comes sooner by the workers' start-up",
-            statistics.fmean(epoch_first_batch_gaps(fresh) or [fresh.summary()["first_batch_s"]]),
-            statistics.fmean(epoch_first_batch_gaps(kept) or [kept.summary()["first_batch_s"]]),
-            gap=saved,
-            noise=noise,
-        )
-    )
+    out.append(Expected(
+        "persistent workers: how much sooner each epoch's first batch comes — the workers' start-up",
+        statistics.fmean(epoch_first_batch_gaps(fresh) or [fresh.summary()["first_batch_s"]])
+        - statistics.fmean(epoch_first_batch_gaps(kept) or [kept.summary()["first_batch_s"]]),
+        statistics.fmean(fresh.worker_startup_s(e.epoch) for e in fresh.epochs if e.worker_ready),
+        note="an epoch's first batch, + pin_memory against + persistent_workers"))
     for name in names[1:]:
         out.append(
             near(
@@ -208,19 +210,7 @@ def checks(
                 1.0,
                 rel=0.25,
                 unit="×",
-            )
-        )
-    final = names[-1]
-    claim = "the final stage runs within 15 % of the compute-only bound"
-    if modelled_step:
-        out.append(at_least(claim, bound_s / wall[final], 0.85, unit="%", what="bound ÷ final stage"))
-    else:
-        out.append(
-            premise_failed(
-                claim,
-                f"{bound_s / wall[final]:.0%}",
-                "with a real model the step is this GPU's "
-                "own: the efficiency is reported above, the GPU issue sets its target",
+                id="11.chain.follows_the_model",
             )
         )
     return out

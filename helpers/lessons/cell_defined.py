@@ -13,7 +13,7 @@ from typing import Any
 
 from torch.utils.data import DataLoader
 
-from ..classroom.checks import Check, at_least, at_most, holds, premise_failed
+from ..classroom.checks import Check, at_least, holds, premise_failed
 from ..data import child_kernel as cells
 from ..data.child_kernel import CellRun, ChildKernel, pickled_names  # noqa: F401 (notebook 20 reads it here)
 from ..data.workers import worker_memory
@@ -275,77 +275,35 @@ def python314_rows(lesson: CellLesson, costs: Costs, index_bytes: int,
 
 # -- the lesson's checks --------------------------------------------------------------------------------
 CLAIMS = {
-    "fork": "fork workers inherit what a cell defines: every row works",
-    "by_name": "{method}: a worker cannot find a class or function defined in a cell "
-               "(\"Can't get attribute\")",
-    "lambda": "{method}: a lambda cannot be sent at all: the cell fails before any worker starts, "
-              "faster than a worker could fail",
-    "module": "the same code in a module beside the notebook works under every start method",
     "status_check": "forkserver: the loop learns of a dead worker only at its status check, every "
                     "5 s (a whole number of 5 s, + 0.8 s at most)",
-    "edit": "after an edit without reload, {method} workers run the file's new code; the kernel and fork "
-            "workers the old",
-    "reload": "after importlib.reload, a dataset made before it can no longer be sent; made again, it runs "
-              "the new code",
     "startup": "{method} workers start far slower than fork workers, at every epoch without "
                "persistent_workers (5× or more)",
-    "persistent": "{method}: persistent_workers removes epoch 2's start-up (under a fifth of a fresh start)",
-    "copy": "{method}: each worker holds its own copy of the index (USS above a worker without it by at "
-            "least half the index)",
-    "shared": "fork: a worker starts sharing the index (USS above a worker without it by under a quarter "
-              "of the index)",
 }
 
 
 def checks(lesson: CellLesson, costs: Costs, index_bytes: int) -> list[Check]:
     """``costs``: (method, persistent, with the index) -> run; ``index_bytes``: the index's size in the
-    kernel."""
+    kernel.
+
+    Not checks, shown by the notebook's tables: which rows work under which start method (fork copies
+    the process; the others pickle by qualified name, and a lambda does not pickle), what an edit or a
+    reload reaches (Python's import and pickle semantics), what persistent workers spare epoch 2
+    (PyTorch keeps them alive), and each worker's memory for the index (fork shares it until written;
+    the others unpickle their own copy)."""
     out: list[Check] = []
-    methods = lesson.methods
-    if "fork" in methods:
-        runs = [lesson.table[row, "fork"] for row in cells.ROWS]
-        out.append(holds(CLAIMS["fork"], all(r.ok for r in runs), "; ".join(short(r) for r in runs)))
-    else:
-        out.append(premise_failed(CLAIMS["fork"], "", "fork is not available on this platform"))
-    pickled = [m for m in methods if m != "fork"]
-    for method in pickled:
-        runs = [lesson.table[row, method] for row in BY_NAME_ROWS]
-        out.append(holds(CLAIMS["by_name"].format(method=method),
-                         all(not r.ok and "Can't get attribute" in r.stream + r.log for r in runs),
-                         "; ".join(short(r) for r in runs)))
-        lam = lesson.table[LAMBDA_ROW, method]
-        slowest = max(r.seconds for r in runs)
-        out.append(holds(CLAIMS["lambda"].format(method=method),
-                         lesson.outcome(lam) == "fails in the kernel" and lam.seconds < slowest / 2,
-                         f"{short(lam)}; a worker's failure: {slowest:.1f} s"))
-    module = [lesson.table[MODULE_ROW, m] for m in methods]
-    reference = module[0].stream.strip()
-    out.append(holds(CLAIMS["module"], all(r.ok and r.stream.strip() == reference for r in module),
-                     "; ".join(f"{m}: {short(r)}" for m, r in zip(methods, module, strict=True))))
+    pickled = [m for m in lesson.methods if m != "fork"]
     if DEFAULT_314 in pickled:
         died = [lesson.table[row, DEFAULT_314] for row in BY_NAME_ROWS]
         if any(lesson.outcome(r) != "workers die" for r in died):
             out.append(premise_failed(CLAIMS["status_check"], "; ".join(short(r) for r in died),
-                                      "a forkserver worker did not die in both rows"))
+                                      "a forkserver worker did not die in both rows",
+                                      id="20.forkserver.dead_worker_found_at_status_check"))
         else:
             out.append(holds(CLAIMS["status_check"], all(on_status_check(r.seconds) for r in died),
-                             ", ".join(f"{r.seconds:.1f} s" for r in died)))
-    default = next((m for m in lesson.edited if m not in ("main process", "fork")), None)
-    if default is None or "fork" not in lesson.edited:
-        out.append(premise_failed(CLAIMS["edit"].format(method=default or "forkserver"), "",
-                                  "fork and a pickling start method are both needed"))
-    else:
-        main, forked, fresh = (lesson.edited[k].stream.strip() for k in ("main process", "fork", default))
-        out.append(holds(CLAIMS["edit"].format(method=default),
-                         main == forked == cells.SQUARES and fresh == cells.EDITED,
-                         f"kernel {main}; fork {forked}; {default} {fresh}"))
-    before, again = lesson.reloaded.get("made before the reload"), lesson.reloaded.get("made again")
-    if before is not None and again is not None:
-        name, value = before.error or ("", "")
-        out.append(holds(CLAIMS["reload"],
-                         name == "PicklingError" and "not the same object" in value
-                         and again.stream.strip() == cells.EDITED,
-                         f"made before: {short(before)}; made again: {again.stream.strip()}"))
+                             ", ".join(f"{r.seconds:.1f} s" for r in died),
+                             id="20.forkserver.dead_worker_found_at_status_check",
+                             inputs=[r.seconds for r in died]))
     out.extend(cost_checks(costs, index_bytes))
     return out
 
@@ -362,7 +320,8 @@ def on_status_check(seconds: float, slack_s: float = 0.8) -> bool:
 
 
 def cost_checks(costs: Costs, index_bytes: int) -> list[Check]:
-    """The start-up and memory claims (see :data:`CLAIMS`)."""
+    """The start-up claim (see :data:`CLAIMS`). ``index_bytes``: the notebook's to show (the index's
+    memory in each worker is its table's, not a check)."""
     out: list[Check] = []
     fork = costs.get(("fork", False, True))
     for (method, persistent, indexed), run in costs.items():
@@ -370,30 +329,15 @@ def cost_checks(costs: Costs, index_bytes: int) -> list[Check]:
             continue
         claim = CLAIMS["startup"].format(method=method)
         if fork is None:
-            out.append(premise_failed(claim, "", "fork is not available on this platform"))
+            out.append(premise_failed(claim, "", "fork is not available on this platform",
+                                      id="20.start.slower_than_fork_every_epoch"))
         else:
             pairs = list(zip(run.first_batch_s, fork.first_batch_s, strict=False))
             ratio = min(a / max(b, 1e-3) for a, b in pairs)
             out.append(at_least(claim, ratio, 5.0, unit="×",
                                 what="the smaller of the epochs' ratios: "
-                                     + ", ".join(f"{a:.2f} vs {b:.3f} s" for a, b in pairs)))
-        kept = costs.get((method, True, True))
-        if kept is not None:
-            out.append(at_most(CLAIMS["persistent"].format(method=method),
-                               kept.first_batch_s[-1] / run.first_batch_s[-1], 0.2, unit="×",
-                               what=f"epoch 2: {kept.first_batch_s[-1]:.3f} s with, "
-                                    f"{run.first_batch_s[-1]:.2f} s without"))
-    for (method, persistent, indexed), run in costs.items():
-        bare = costs.get((method, False, False))
-        if persistent or not indexed or bare is None:
-            continue
-        extra = mean(run.uss) - mean(bare.uss)
-        what = f"{extra / 2**20:.0f} MiB more, the index {index_bytes / 2**20:.0f} MiB"
-        if method == "fork":
-            out.append(at_most(CLAIMS["shared"], extra / index_bytes, 0.25, unit="×", what=what))
-        else:
-            out.append(at_least(CLAIMS["copy"].format(method=method), extra / index_bytes, 0.5, unit="×",
-                                what=what))
+                                     + ", ".join(f"{a:.2f} vs {b:.3f} s" for a, b in pairs),
+                                id="20.start.slower_than_fork_every_epoch"))
     return out
 
 

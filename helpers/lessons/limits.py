@@ -3,6 +3,8 @@ tensors already in memory, batching the indexing beats any number of workers."""
 
 from __future__ import annotations
 
+import re
+
 from ..classroom.checks import Check, at_most, near, premise_failed
 from ..timing.analysis import time_per_batch_after_startup
 from ..timing.timeline import Timeline
@@ -80,25 +82,29 @@ def checks(
         expected = min(x, cores_free)
         why = _startup_dominates(cpu_runs, x)
         if why:
-            out.append(premise_failed(claim, f"{speedup[x]:.2f}×", why))
+            out.append(premise_failed(claim, f"{speedup[x]:.2f}×", why,
+                                      id="04.cpu.speedup_is_the_free_cores"))
         elif free_change > 0.3:
             # A program that starts or stops during the runs slows some of them and not others (seen
             # beside a second test run: 0 workers slowed, 4 not, a "2.79×" speedup on 2 cores).
             out.append(premise_failed(claim, f"{speedup[x]:.2f}×", f"the free cores changed by "
                                       f"{free_change:.2f} between before and after these runs: other "
-                                      "programs' load changed while they ran"))
+                                      "programs' load changed while they ran",
+                                      id="04.cpu.speedup_is_the_free_cores"))
         elif cores_free < min(x, capacity) - 0.3:
             out.append(
                 premise_failed(
                     claim,
                     f"{speedup[x]:.2f}×",
                     f"only {cores_free:.2f} of {capacity:g} effective cores were free for busy processes",
+                    id="04.cpu.speedup_is_the_free_cores",
                 )
             )
         else:
-            out.append(near(claim, speedup[x], expected, rel=0.25, unit="×"))
+            out.append(near(claim, speedup[x], expected, rel=0.25, unit="×",
+                            id="04.cpu.speedup_is_the_free_cores"))
     most = max(speedup)
-    claim = "workers beyond the cores add nothing"
+    claim = "workers beyond the cores add little: at most 1.25× the speedup at the core count"
     if most <= cores:
         out.append(
             premise_failed(
@@ -107,6 +113,7 @@ def checks(
                 f"this machine has {cores} cores: no more workers than cores were tried" if capacity == cores
                 else f"{capacity:g} effective CPUs take {cores} busy processes: no more workers than that "
                 "were tried",
+                id="04.cpu.little_gain_beyond_the_cores",
             )
         )
     else:
@@ -116,7 +123,8 @@ def checks(
         why = _startup_dominates(cpu_runs, most) or _startup_dominates(cpu_runs, at_cores)
         if why:
             # forkserver at smoke sizes measured 2.05× here: its workers start one after another
-            out.append(premise_failed(claim, f"{speedup[most] / speedup[at_cores]:.2f}×", why))
+            out.append(premise_failed(claim, f"{speedup[most] / speedup[at_cores]:.2f}×", why,
+                                      id="04.cpu.little_gain_beyond_the_cores"))
         elif cores_free < capacity - 0.3 or free_change > 0.3:
             # Beside other busy programs the kernel shares the cores among every runnable process:
             # 4 workers win a larger share than 2 (measured 1.52× beside two busy programs here).
@@ -124,17 +132,22 @@ def checks(
                 claim, f"{speedup[most] / speedup[at_cores]:.2f}×",
                 f"only {cores_free:.2f} of {capacity:g} effective cores were free for busy processes "
                 f"(changing by {free_change:.2f} during the runs): beside other programs more workers win a "
-                "larger share of the shared cores, which is not the cores adding up"))
+                "larger share of the shared cores, which is not the cores adding up",
+                id="04.cpu.little_gain_beyond_the_cores"))
         else:
             out.append(
                 at_most(
                     claim, speedup[most] / speedup[at_cores], 1.25, unit="×",
                     what=f"{most} workers ÷ {at_cores} workers, 1.25 × at most",
+                    id="04.cpu.little_gain_beyond_the_cores",
                 )
             )
     batched = data_paths["batch sampler, 0 workers"]
     best_per_sample = min(v for k, v in data_paths.items() if k.startswith("per-sample"))
-    claim = "in memory: one index per batch beats per-sample loading with any number of workers"
+    tried = sorted(int(m.group()) for k in data_paths if k.startswith("per-sample")
+                   for m in [re.search(r"\d+", k)] if m)
+    counts = ", ".join(map(str, tried[:-1])) + (" or " if len(tried) > 1 else "") + str(tried[-1])
+    claim = f"in memory: one index per batch beats per-sample loading with {counts} workers"
     if cores_free < 0.9:
         # Inside a quota below one CPU the kernel stops a process for the rest of each period once it
         # has spent its share (make quota QUOTA=0.5, one epoch a path: 0.77×, then 1.62× and 0.47× in
@@ -146,11 +159,12 @@ def checks(
         out.append(premise_failed(claim, f"{batched / best_per_sample:.2f}×",
                                   f"only {cores_free:.2f} of a CPU was free for one process: a CPU quota "
                                   "(or other programs) stops it for part of every period, and runs as "
-                                  f"short as {shortest * 1e3:.0f} ms measure where those stops fell"))
+                                  f"short as {shortest * 1e3:.0f} ms measure where those stops fell",
+                                  id="04.memory.batch_index_beats_workers"))
     else:
         out.append(
             at_most(claim, batched / best_per_sample, 0.75, unit="×",
-                    what="batch sampler ÷ the best per-sample run")
+                    what="batch sampler ÷ the best per-sample run", id="04.memory.batch_index_beats_workers")
         )
     claim = "training on in-memory data: a batch sampler with 0 workers beats 4 workers"
     ratio = training["batch sampler, 0 workers"] / training["per-sample, 4 workers"]
@@ -160,7 +174,7 @@ def checks(
         # the comparison would measure the competition (`make stress` runs this case).
         out.append(premise_failed(claim, f"{ratio:.2f}×", f"only {cores_free:.2f} of {capacity:g} effective "
                                   "cores were free: other programs share them, and more processes win a "
-                                  "larger share"))
+                                  "larger share", id="04.memory.training_batch_sampler_beats_workers"))
         return out
     out.append(
         at_most(
@@ -169,6 +183,7 @@ def checks(
             0.75,
             unit="×",
             what="wall time ratio",
+            id="04.memory.training_batch_sampler_beats_workers",
         )
     )
     return out

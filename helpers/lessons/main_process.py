@@ -6,16 +6,7 @@ from __future__ import annotations
 import math
 import statistics
 
-from ..classroom.checks import (
-    Check,
-    at_least,
-    clearly_above,
-    exceeds,
-    near,
-    premise_failed,
-    spread_s,
-    timing_noise_s,
-)
+from ..classroom.checks import Check, at_least, clearly_above, premise_failed, spread_s, timing_noise_s
 from ..timing.analysis import main_cpu_per_batch_s, per_batch_s  # noqa: F401 (the first: notebook 19 reads it here)
 from ..timing.theory import main_shares, measured_main_s, step_time
 from ..timing.timeline import Timeline
@@ -91,46 +82,29 @@ def checks(m: dict[str, float], m_noise_s: float, sweep: dict[int, float], predi
            step_noise_s: float, gil_work_s: float, gil_held_s: float,
            cores: float | None = None, held_cpu_s: float | None = None) -> list[Check]:
     """``m``: m (s) for "many tensors" and "one stacked tensor", ``m_noise_s`` the spread of the
-    latter's; ``sweep``/``predicted``: time per batch per worker count, measured and
-    :func:`predicted_sweep`; ``top_wait_share``: :func:`data_wait_share` at the largest count;
-    ``lifts``: time per batch of "baseline", "one stacked tensor", "threads, GIL released",
-    "threads, GIL held"; ``expected``: :func:`expected_lifts`;
-    ``gil_work_s``: each batch's GIL-holding work in the last run, ``gil_held_s`` that run's time per
-    batch over the whole run (:func:`run_per_batch_s`: threads finish their first batches together,
-    so the steady-state intervals after the first understate it); ``cores``: the CPUs this
-    process may use (``helpers.effective_cores()``); ``held_cpu_s``: the main process's CPU per batch
-    in the GIL-holding run (``Timeline.main_cpu_per_batch_s``: the threads' work and the loop's own).
+    latter's; ``lifts``: time per batch of "baseline", "one stacked tensor", "threads, GIL released",
+    "threads, GIL held"; ``gil_work_s``: each batch's GIL-holding work in the last run, ``gil_held_s``
+    that run's time per batch over the whole run (:func:`run_per_batch_s`: threads finish their first
+    batches together, so the steady-state intervals after the first understate it); ``cores``: the
+    CPUs this process may use (``helpers.effective_cores()``); ``held_cpu_s``: the main process's CPU
+    per batch in the GIL-holding run (``Timeline.main_cpu_per_batch_s``: the threads' work and the
+    loop's own).
 
-    The notebook also measures a transform in the loop's thread, uint8 batches and reading the loss
-    every 8 steps; those are shown against the model, not checked: the first two cannot come out
-    otherwise on a CPU, and the third is the modelled step's own arithmetic."""
+    Not checks: the sweep against the model (``sweep``, ``predicted``, ``top_wait_share``: max(n/x, y + m)
+    on the lab's sleeps, its n chosen as 2.4 (y + m)), and the lifts against their expected times
+    (``expected``, ``step_noise_s``: a step that syncs every batch adds m to y by design, and threads in
+    the main process hand nothing over). The notebook plots both beside the model, with each lift's m.
+    That a transform in the loop's thread, uint8 batches and reading the loss every 8 steps cannot come
+    out otherwise on a CPU is why they are shown, not checked, too."""
     out = [clearly_above("many small tensors cost the main process more than one stacked tensor of the "
                          "same bytes", m["many tensors"], m["one stacked tensor"], noise=m_noise_s,
-                         what="m per batch")]
-    counts = sorted(sweep)
-    top, below = counts[-1], counts[-2]
-    claim = f"{top} workers: the time per batch is the model's floor y + m, not n/{top}"
-    if top_wait_share > 0.25:
-        # in a 1-CPU quota the workers' pickling, m and the step's host part share one CPU
-        out.append(premise_failed(claim, f"{sweep[top] * 1e3:.1f} ms",
-                                  f"the loop waited for data {top_wait_share:.0%} of the time at {top} "
-                                  f"workers: they did not keep up (CPUs for this process: {cores})"))
-    else:
-        out.append(near(claim, sweep[top], predicted[top], rel=0.25, noise_s=step_noise_s))
-    out.append(near("one worker: the workers set the pace, n", sweep[counts[0]], predicted[counts[0]],
-                    rel=0.25, noise_s=step_noise_s))
-    out.append(_no_gain_at_the_floor(sweep, predicted, below, top, step_noise_s))
-    saved = expected["baseline"] - expected["one stacked tensor"]
-    out.append(exceeds("one stacked tensor instead of many: faster by the m it saves", lifts["baseline"],
-                       lifts["one stacked tensor"], gap=saved, noise=step_noise_s))
-    out.append(near("threads for GIL-releasing work: no hand-over, the pace is the step's",
-                    lifts["threads, GIL released"], expected["threads, GIL released"], rel=0.25,
-                    noise_s=step_noise_s))
+                         what="m per batch", id="19.main.many_tensors_cost_more")]
     # One batch at a time: at least most of the work, and clearly slower than the loop's own pace (one
     # stacked tensor from processes): threads running in parallel would keep that pace, and on a slow
     # machine the pace alone can pass 80 % of the work.
     pace_s = lifts["one stacked tensor"]
-    claim = "threads for work that holds the GIL: one batch at a time, at least its work"
+    claim = ("threads for work that holds the GIL: one batch at a time — a batch takes at least 80 % of its "
+             "work, and a quarter of it more than the loop's own pace")
     least_s = max(0.8 * gil_work_s, pace_s + 0.25 * gil_work_s)
     # the CPU a batch needs in the main process: the threads' work, and the loop's own beside it
     cpu_s = max(gil_work_s, held_cpu_s or 0.0)
@@ -141,37 +115,13 @@ def checks(m: dict[str, float], m_noise_s: float, sweep: dict[int, float], predi
             claim, f"{gil_held_s * 1e3:.1f} ms a batch",
             f"on {cores:g} CPU the {cpu_s * 1e3:.0f} ms of CPU per batch (the {gil_work_s * 1e3:.0f} ms of "
             f"work and the loop's own) takes at least {cpu_s / cores * 1e3:.0f} ms taking turns or not, no "
-            f"less than the {least_s * 1e3:.1f} ms this check asks for: it cannot tell them apart here"))
+            f"less than the {least_s * 1e3:.1f} ms this check asks for: it cannot tell them apart here",
+            id="19.gil.threads_take_turns"))
     else:
         out.append(at_least(claim, gil_held_s, least_s,
                             what=f"80 % of the work per batch, or the loop's own {pace_s * 1e3:.1f} ms + a "
-                            "quarter of the work, the larger"))
+                            "quarter of the work, the larger", id="19.gil.threads_take_turns"))
     return out
-
-
-#: How far apart "no gain" and "the workers' own gain" must be for the sweep to tell them apart.
-NO_GAIN_REL = 0.2
-
-
-def _no_gain_at_the_floor(sweep: dict[int, float], predicted: dict[int, float], below: int, top: int,
-                          noise_s: float) -> Check:
-    """``below`` → ``top`` workers gain nothing once at the floor: judged only where ``below`` workers
-    are predicted at the floor already, and where the gain more workers would bring if they set the
-    pace (``top / below``) is larger than this check's tolerance and the noise of the two times."""
-    claim = f"{below} → {top} workers: no gain once at the floor"
-    ratio = sweep[below] / sweep[top]
-    measured = f"{ratio:.2f}× (expected 1.00× ± {NO_GAIN_REL:.2f})"
-    workers_gain = top / below  # what the ratio would read if the workers still set the pace
-    noise_rel = 3 * noise_s / predicted[top]  # the noise, relative to the time per batch at the floor
-    if predicted[below] > predicted[top] * (1 + 1e-9):
-        return premise_failed(claim, measured, f"the model puts {below} workers above the floor "
-                              f"({predicted[below] * 1e3:.1f} against {predicted[top] * 1e3:.1f} ms): "
-                              "a gain is expected there")
-    if workers_gain - 1 <= max(NO_GAIN_REL, noise_rel):
-        return premise_failed(claim, measured, f"{top} workers would gain only {workers_gain:.2f}× over "
-                              f"{below} if they set the pace, within the tolerance ({NO_GAIN_REL:.0%}) or "
-                              f"the noise ({noise_rel:.0%}): the sweep could not tell no gain from a gain")
-    return near(claim, ratio, 1.0, rel=NO_GAIN_REL, unit="×")
 
 
 def run_per_batch_s(tl: Timeline) -> float:

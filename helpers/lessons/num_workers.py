@@ -5,10 +5,10 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from ..classroom.checks import Check, at_least, exceeds, holds, near, premise_failed, timing_noise_s
+from ..classroom.checks import Check, at_least, holds, premise_failed
 from ..timing.analysis import per_batch_s
 from ..timing.pauses import CollectionTimes
-from ..timing.theory import measured_main_s, recommend_num_workers, step_time
+from ..timing.theory import measured_main_s, recommend_num_workers
 from ..timing.timeline import Timeline
 
 
@@ -57,48 +57,31 @@ def calibrate(tl: Timeline) -> Calibration:
 
 def checks(calibration: Calibration, verify: dict[int, Timeline],
            collections: CollectionTimes) -> list[Check]:
-    """The sizing rule against runs with the recommended count and one fewer, and the
-    collector's pauses."""
-    c = calibration
-    x = c.recommended
-    noise = timing_noise_s([b.step_s for tl in verify.values() for b in tl.batches])
-    out: list[Check] = []
-    measured = time_per_batch(verify, c.n)
-    untested = "too few batches after the workers were up"
-    if x in verify:
-        claim = f"with the recommended {x} workers the loop steps at y + m"
-        out.append(premise_failed(claim, "", untested) if measured[x] is None else
-                   near(claim, measured[x], c.y + c.m, rel=0.10, noise_s=noise))
-    if x > 1 and x - 1 in verify:
-        claims = (f"with {x - 1} the loop waits: its time per batch is above y + m",
-                  f"the model max(n/x, y + m) predicts the time per batch with {x - 1} workers")
-        if measured[x - 1] is None:
-            out.extend(premise_failed(claim, "", untested) for claim in claims)
-        else:
-            predicted = step_time(c.n, c.y, x - 1, main_s=c.m)
-            out.append(exceeds(claims[0], measured[x - 1], c.y + c.m, gap=predicted - (c.y + c.m),
-                               noise=noise))
-            out.append(near(claims[1], measured[x - 1], step_time(c.n, c.y, x - 1, main_s=c.m), rel=0.15,
-                            noise_s=noise))
+    """The collector's pauses. (The sizing rule against runs with the recommended count and one fewer
+    is the model's arithmetic on this workload's sleeps: the notebook's table shows it beside the
+    measured times per batch, and ``calibration`` and ``verify`` are not judged here.)"""
     # CPU times of the collections (helpers/timing/pauses.py): on a busy machine the wall clock also
     # counts the time other processes held the core, which is not the collector's doing.
     before, after = collections.alone_cpu_median_s, collections.after_start_cpu_s
-    out.append(at_least("gc.freeze() makes a full collection at least 5× shorter",
-                        before / max(collections.frozen_cpu_median_s, 1e-4), 5.0, unit="×",
-                        what="CPU time without ÷ with (0.1 ms floor)"))
-    claim = "the first full collection after forking workers is slower (it copies shared pages)"
+    out = [at_least("gc.freeze() makes a full collection at least 5× shorter",
+                    before / max(collections.frozen_cpu_median_s, 1e-4), 5.0, unit="×",
+                    what="CPU time without ÷ with (0.1 ms floor)", id="02.gc.freeze_shortens_collections")]
+    claim = "the first full collection after forking workers takes more CPU time than those before the fork"
     if collections.start_method != "fork":
         out.append(premise_failed(claim, f"start method {collections.start_method}",
-                                  "only forked workers share this process's pages"))
+                                  "only forked workers share this process's pages",
+                                  id="02.gc.slower_after_fork"))
     else:
         spread = max(collections.alone_cpu_s) - min(collections.alone_cpu_s)
         measured = (f"{after * 1e3:.0f} ms vs {before * 1e3:.0f} ms before, CPU time "
                     f"(spread {spread * 1e3:.0f} ms)")
         if after <= before or after >= before + max(2 * spread, 0.005):  # not slower, or clearly slower
-            out.append(holds(claim, after > before, measured))
+            out.append(holds(claim, after > before, measured, id="02.gc.slower_after_fork",
+                             inputs=(after, before)))
         else:
             out.append(premise_failed(claim, measured, "the difference is within the spread of the "
-                                                       "collections before the fork"))
+                                                       "collections before the fork",
+                                      id="02.gc.slower_after_fork"))
     return out
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import statistics
 
-from ..classroom.checks import Check, exceeds, holds, timing_noise_s
+from ..classroom.checks import Expected
 from ..data.datasets import WorkDataset
 from ..timing.theory import simulate
 from ..timing.timeline import Timeline
@@ -39,46 +39,20 @@ def checks(
     bursty: dict[int, Timeline],
     predicted_wait: dict[int, float],
     num_workers: int,
-) -> list[Check]:
+) -> list[Expected]:
     """``ahead``: fast workers and a slow step, per prefetch_factor; ``bursty``: slow samples,
-    per prefetch_factor; ``predicted_wait``: the model's waiting for the bursty runs."""
-    out = []
-    for pf, tl in sorted(ahead.items()):
-        most = max(tl.runahead().values())
-        out.append(
-            holds(
-                f"prefetch_factor={pf} counts batches per worker: each fast worker ran exactly {pf} "
-                "ahead of the loop",
-                most == pf,
-                f"most run ahead: {tl.runahead()} (per worker)",
-            )
-        )
+    per prefetch_factor; ``predicted_wait``: the model's waiting for the bursty runs.
+
+    Nothing here is a check. That ``prefetch_factor`` counts batches per worker is PyTorch's
+    documented meaning (the notebook's table and vote show each worker's run-ahead); how much
+    waiting a deeper queue absorbs, and how many finished batches it holds, follow from the lab's
+    sleeps under the documented round-robin dispatch (:func:`helpers.simulate`). The one row
+    compares what the deeper queue saved with what the model predicts for this dataset.
+    (``ahead`` and ``num_workers`` are the notebook's to show.)"""
     low, high = min(bursty), max(bursty)
-    pace = average_pace(bursty[low], num_workers)
-    out.append(
-        holds(
-            "slow samples, yet on average the workers are faster than the loop",
-            pace["workers_s"] < pace["step_s"],
-            f"workers {pace['workers_s'] * 1e3:.0f} ms per batch, step {pace['step_s'] * 1e3:.0f} ms "
-            f"({pace['ratio']:.2f}×)",
-        )
-    )
-    noise = timing_noise_s([b.step_s for tl in bursty.values() for b in tl.batches])
-    out.append(
-        exceeds(
-            f"deeper prefetch absorbs slow samples: the loop waits less with {high} than with {low}",
-            waiting_after_first_s(bursty[low]),
-            waiting_after_first_s(bursty[high]),
-            gap=predicted_wait[low] - predicted_wait[high],
-            noise=noise * len(bursty[low].batches) ** 0.5,
-            what="waiting after the first batch",
-        )
-    )
-    out.append(
-        holds(
-            f"the price: prefetch_factor={high} held more finished batches at once than {low}",
-            bursty[high].peak_buffered() > bursty[low].peak_buffered(),
-            f"{bursty[high].peak_buffered()} vs {bursty[low].peak_buffered()} batches",
-        )
-    )
-    return out
+    saved = waiting_after_first_s(bursty[low]) - waiting_after_first_s(bursty[high])
+    return [Expected(
+        f"slow samples: the waiting after the first batch that prefetch_factor={high} saves against {low}",
+        saved, predicted_wait[low] - predicted_wait[high],
+        note=f"the loop waited {waiting_after_first_s(bursty[low]):.2f} s with {low}, "
+             f"{waiting_after_first_s(bursty[high]):.2f} s with {high}")]

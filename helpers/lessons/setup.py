@@ -13,13 +13,14 @@ def checks(found: list[setup_check.Check], methods: list[str] | None = None) -> 
     method this platform offers must have been tried and started its workers."""
     methods = methods if methods is not None else mp.get_all_start_methods()
     out = [holds(f"{c.name}: ready for the lab", c.ok,
-                 c.detail + (f" — fix: {c.fix}" if c.fix and not c.ok else ""))
+                 c.detail + (f" — fix: {c.fix}" if c.fix and not c.ok else ""), id="00.setup.ready")
            for c in found if c.blocking and not c.name.startswith("workers (")]
     by_name = {c.name: c for c in found}
     for method in methods:
         c = by_name.get(f"workers ({method})")
         out.append(holds(f"workers start under {method} and name themselves correctly",
-                         c is not None and c.ok, c.detail if c is not None else "not tried"))
+                         c is not None and c.ok, c.detail if c is not None else "not tried",
+                         id="00.setup.workers_start"))
     return out
 
 

@@ -7,11 +7,10 @@ import statistics
 
 from ..classroom.checks import (
     Check,
+    Expected,
     at_least,
     at_most,
     clearly_above,
-    exceeds,
-    holds,
     near,
     premise_failed,
     timing_noise_s,
@@ -53,11 +52,17 @@ def checks(
     batch_load_s: float,
     stale: dict[str, list[list[int]]],
     memory: dict[str, list[ProcessMemory]],
-) -> list[Check]:
+) -> list[Check | Expected]:
     """``children``: start-up per start method in fresh processes ("forkserver + preload" too);
     ``runs``: (method, persistent) -> several epochs; ``stale``: epochs the workers saw, per way of
-    setting the epoch; ``memory``: idle workers per start method."""
-    out: list[Check] = []
+    setting the epoch; ``memory``: idle workers per start method.
+
+    Not checks: that persistent workers spare every later epoch the start-up (PyTorch keeps them
+    alive: an :class:`Expected` row shows the seconds saved beside the start-up measured), and the
+    stale-state pitfall and its fixes (``stale``: a live worker's copy of the dataset is its own;
+    the sampler runs in the main process; a shared value is shared memory — the notebook's table
+    shows the epochs each way saw)."""
+    out: list[Check | Expected] = []
     first = {name: startup_by_epoch(tl)[0] for name, tl in children.items()}
     if "fork" in first:
         for method in ("spawn", "forkserver"):
@@ -70,6 +75,7 @@ def checks(
                         5.0,
                         unit="×",
                         what=f"{first[method]:.2f} s vs {first['fork']:.2f} s",
+                        id="05.start.slower_than_fork",
                     )
                 )
     if {"forkserver", "forkserver + preload"} <= set(children):
@@ -85,17 +91,22 @@ def checks(
                 0.5,
                 unit="×",
                 what="a later epoch's start-up ÷ the first's",
+                id="05.forkserver.imports_torch_again",
             )
         )
-        out.append(
-            at_most(
-                "forkserver with set_forkserver_preload(['torch']): later workers start at fork speed",
-                preloaded[-1] / plain[-1],
-                0.2,
-                unit="×",
-                what="later epoch, preload ÷ no preload",
+        claim = ("forkserver with set_forkserver_preload(['torch', 'helpers']): later workers start at fork "
+                 f"speed (within twice fork's start-up + {FORK_SPEED_SLACK_S * 1e3:.0f} ms)")
+        if "fork" not in children:
+            out.append(premise_failed(claim, f"{preloaded[-1]:.3f} s",
+                                      "fork is not available on this platform: nothing to compare with",
+                                      id="05.forkserver.preload_at_fork_speed"))
+        else:
+            forked = startup_by_epoch(children["fork"])[-1]
+            out.append(
+                at_most(claim, preloaded[-1], 2 * forked + FORK_SPEED_SLACK_S,
+                        what=f"a later epoch's start-up: fork {forked * 1e3:.0f} ms; without preload "
+                             f"{plain[-1]:.2f} s", id="05.forkserver.preload_at_fork_speed")
             )
-        )
     noise = timing_noise_s([b.step_s for tl in runs.values() for b in tl.batches])
     for (method, persistent), tl in runs.items():
         if persistent:
@@ -103,17 +114,10 @@ def checks(
         kept = runs.get((method, True))
         if kept is None:
             continue
-        saved = mean(startup_by_epoch(tl)[1:])
-        out.append(
-            exceeds(
-                f"{method}: persistent workers spare every later epoch its workers' start-up",
-                mean(epoch_first_batch_gaps(tl)),
-                mean(epoch_first_batch_gaps(kept)),
-                gap=saved,
-                noise=noise,
-                what="a later epoch's first batch, without vs with",
-            )
-        )
+        saved = mean(epoch_first_batch_gaps(tl)) - mean(epoch_first_batch_gaps(kept))
+        out.append(Expected(f"{method}: what persistent workers save each later epoch's first batch: their "
+                            "start-up", saved, mean(startup_by_epoch(tl)[1:]),
+                            note="a later epoch's first batch without vs with persistent workers"))
         # one batch load, plus what this run measured around it: iter()'s round trip to each kept
         # worker (_reset sends _ResumeIteration and waits for every worker's reply) and the
         # batch's hand-over to the loop (m, notebook 02)
@@ -126,6 +130,7 @@ def checks(
                 batch_load_s + resume_s + measured_main_s(kept),
                 rel=0.5,
                 noise_s=noise,
+                id="05.persistent.first_batch_costs_a_load",
             )
         )
         out.append(
@@ -135,32 +140,25 @@ def checks(
                 mean(shutdown_gaps(kept)),
                 noise=noise,
                 what="the last next(), without vs with",
+                id="05.shutdown.last_next_joins_workers",
             )
-        )
-    expected = [[e] for e in range(len(stale["fix 1: sampler"]))]
-    out.append(
-        holds(
-            "the pitfall is real: an attribute set between epochs never reaches persistent workers",
-            stale["attribute, persistent"] == [[0]] * len(expected) and stale["attribute, fresh"] == expected,
-            f"persistent: {stale['attribute, persistent']}, fresh each epoch: {stale['attribute, fresh']}",
-        )
-    )
-    for fix in ("fix 1: sampler", "fix 2: shared value"):
-        out.append(
-            holds(f"{fix} reaches persistent workers every epoch", stale[fix] == expected, str(stale[fix]))
         )
     claims = (
         "an idle forked worker's own memory (USS) is a small part of its RSS",
         "an idle spawned worker holds far more memory of its own than a forked one (5× or more)",
     )
     if "fork" not in memory:
-        return out + [premise_failed(claim, "", "fork is not available on this platform") for claim in claims]
+        why = "fork is not available on this platform"
+        return out + [premise_failed(claims[0], "", why, id="05.memory.forked_worker_shares"),
+                      premise_failed(claims[1], "", why, id="05.memory.spawned_worker_holds_more")]
     fork_uss = mean(w.uss for w in memory["fork"])
     out.append(
-        at_most(claims[0], mean(w.uss / w.rss for w in memory["fork"]), 0.5, unit="%", what="USS ÷ RSS")
+        at_most(claims[0], mean(w.uss / w.rss for w in memory["fork"]), 0.5, unit="%", what="USS ÷ RSS",
+                id="05.memory.forked_worker_shares")
     )
     if "spawn" not in memory:
-        out.append(premise_failed(claims[1], "", "spawn is not available on this platform"))
+        out.append(premise_failed(claims[1], "", "spawn is not available on this platform",
+                                  id="05.memory.spawned_worker_holds_more"))
     else:
         spawn_uss = mean(w.uss for w in memory["spawn"])
         out.append(
@@ -170,6 +168,13 @@ def checks(
                 5.0,
                 unit="×",
                 what=f"{spawn_uss / 2**20:.0f} MiB vs {fork_uss / 2**20:.0f} MiB of USS",
+                id="05.memory.spawned_worker_holds_more",
             )
         )
     return out
+
+
+#: "At fork speed" allows a preloaded forkserver's later start-up this much beyond twice fork's: both
+#: are tens of milliseconds (2 cores: fork 58–70 ms, forkserver with preload 51–53 ms), and a
+#: forkserver's start adds a round trip to the server.
+FORK_SPEED_SLACK_S = 0.02
