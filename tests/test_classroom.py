@@ -58,10 +58,10 @@ def test_each_lesson_asks_before_its_main_measurement_and_keeps_the_pick(path):
     asked = {m.group(1): i for i, s in enumerate(sources)
              for m in re.finditer(r"(\w+) = helpers\.Prediction\(", s)}
     # a measurement: a DataLoader run, a recording, one of the lab's timing helpers (helpers.time_...)
-    # or a training run killed and resumed in child processes
+    # a training run killed and resumed, or a failure demo, in child processes
     measured = [i for i, s in enumerate(sources)
                 if any(m in s for m in ("DataLoader(", "record", "helpers.time_", "helpers.diagnose(",
-                                        "helpers.kill_and_resume("))]
+                                        "helpers.kill_and_resume(", "helpers.run_demo("))]
     assert asked and "guess" in asked, "the main prediction is called guess"
     for name, question in asked.items():
         revealed = [i for i, s in enumerate(sources) if f"{name}.reveal(" in s]

@@ -3,7 +3,6 @@ batches (the cache replay), and with ``verify=True`` follows the advice (:func:`
 
 from __future__ import annotations
 
-import inspect
 import math
 import os
 import statistics
@@ -19,6 +18,7 @@ from ..analysis import settled_intervals
 from ..recorder import record
 from ..theory import step_time
 from .batches import private_copy, private_copy_all, spare_descriptors, stacked_share, storages_in
+from .loaders import with_changes
 from .result import Diagnosis, Followed
 from .rules import INPUT_BOUND, _describe_change, recommend
 
@@ -47,38 +47,6 @@ def _others_busy_cores(window_s: float = 0.25) -> float | None:
 
 
 # -- following the advice ---------------------------------------------------------------------
-def with_changes(loader: DataLoader, **changes: Any) -> DataLoader:
-    """A new ``DataLoader`` like ``loader`` (the same dataset, sampler or batch sampler, collate_fn,
-    worker_init_fn, generator, start method, …) with some arguments changed. Keeps what PyTorch
-    requires consistent: ``prefetch_factor`` back to its default and ``persistent_workers`` off
-    with 0 workers."""
-    params = inspect.signature(DataLoader).parameters
-    unknown = set(changes) - set(params)
-    if unknown:
-        raise TypeError(f"DataLoader has no argument {', '.join(sorted(unknown))}")
-    kwargs: dict[str, Any] = {
-        "num_workers": loader.num_workers, "collate_fn": loader.collate_fn, "pin_memory": loader.pin_memory,
-        "timeout": loader.timeout, "worker_init_fn": loader.worker_init_fn,
-        "multiprocessing_context": loader.multiprocessing_context, "generator": loader.generator,
-        "prefetch_factor": loader.prefetch_factor, "persistent_workers": loader.persistent_workers,
-        "pin_memory_device": loader.pin_memory_device,
-    }
-    if "in_order" in params:
-        kwargs["in_order"] = getattr(loader, "in_order", True)
-    if isinstance(loader.dataset, IterableDataset):
-        kwargs.update(batch_size=loader.batch_size, drop_last=loader.drop_last)
-    elif loader.batch_size is None and loader.batch_sampler is not None:  # the user's batch_sampler
-        kwargs["batch_sampler"] = loader.batch_sampler
-    else:
-        kwargs.update(batch_size=loader.batch_size, drop_last=loader.drop_last, sampler=loader.sampler)
-    kwargs.update(changes)
-    if kwargs["num_workers"] == 0:
-        kwargs.update(prefetch_factor=None, persistent_workers=False, multiprocessing_context=None)
-    elif "num_workers" in changes and loader.num_workers == 0 and "prefetch_factor" not in changes:
-        kwargs["prefetch_factor"] = None  # the default (2) for the new workers
-    return DataLoader(loader.dataset, **kwargs)
-
-
 def _mean_and_noise(d: Diagnosis, measure: str) -> tuple[float, float]:
     """Time per step (steady or whole run) and twice its standard error (s). A whole run's time
     varies most with its start-ups: one start-up's spread (the epochs' first batches) per step.
