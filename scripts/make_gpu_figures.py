@@ -131,7 +131,7 @@ def draw_copy_segment(data: dict):
 
 
 def draw_device_prefetch(data: dict):
-    titles = [name.replace("former serialised", "serialised") for name in data["runs"]]
+    titles = list(data["runs"])
     titles[0] += f" ({data['where']})"
     return helpers.plot_timelines([helpers.Timeline.from_dict(tl) for tl in data["runs"].values()],
                                   titles=titles, label_batches=False)

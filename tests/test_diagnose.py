@@ -396,8 +396,8 @@ def test_loaders_of_every_kind_get_the_advice_a_careful_engineer_would_give(quie
         # failed 2 runs in 4); this case is about pin_memory without an accelerator, not that line.
         "pin_memory, no accelerator": (DataLoader(helpers.WorkDataset(48, item_shape=(8,)), batch_size=4,
                                                   pin_memory=True), 0.02, ["none"]),
-        # 20 ms for the same reason: each sample crosses from the worker on its own (0.3-0.4 ms on the
-        # slower kind), up to 7 % of a 5 ms step ("unexplained" where "none" is
+        # 20 ms for the same reason: each sample crosses from the worker on its own (0.3-0.4 ms on a
+        # slow machine), up to 7 % of a 5 ms step ("unexplained" where "none" is
         # expected); the case is about batch_size=None, not the 5 % line.
         "no batching, 1 worker": (DataLoader(helpers.WorkDataset(24), batch_size=None, num_workers=1), 0.02,
                                   ["none"]),
@@ -416,9 +416,9 @@ def test_loaders_of_every_kind_get_the_advice_a_careful_engineer_would_give(quie
         if knobs == ["num_workers"]:
             # A second worker: 8 ms of waits per batch against the 5 ms step (the dicts: 12 ms, see above,
             # giving 3, or 2 where the main process takes over 1.4 ms per batch). The sizing rule
-            # ⌈n / (y + m)⌉ gives 3 when a batch averages past 10 ms, and on the slower kind the sleeps'
-            # overshoot, collate and one late wake-up among 12 batches come near that (this test failed
-            # 1 run of test_diagnose.py in 4 there; which case was not recorded). Both are a careful answer.
+            # ⌈n / (y + m)⌉ gives 3 when a batch averages past 10 ms, and on a slow machine the sleeps'
+            # overshoot, collate and one late wake-up among 12 batches come near that. Both are a careful
+            # answer.
             change = _advice(d, "num_workers").change
             assert change in ({"num_workers": 2}, {"num_workers": 3}), (name, str(d))
         rebuilt = with_changes(loader, num_workers=loader.num_workers + 1)

@@ -19,6 +19,7 @@ PAGES = [ROOT / "README.md", ROOT / "INSTRUCTORS.md", *sorted((ROOT / "docs").gl
 GENERATED = re.compile(r"<!-- ([\w-]+):start -->.*?<!-- \1:end -->", re.S)
 #: The diagnosis from a terminal, shown the same everywhere a reader meets it.
 DIAGNOSE = "dataloader-lab diagnose my_module:make_loader --step-ms 30 --verify"
+COMMAND_LINE = r"(?:python -m helpers\.diagnose|dataloader-lab diagnose) [\w./]+:\w+[^`\n\"']*"
 
 
 def markdown(path: Path) -> str:
@@ -96,8 +97,7 @@ def test_the_diagnosis_command_is_shown_one_way():
         cells = json.loads(path.read_text())["cells"]
         texts[str(path.relative_to(ROOT))] += "\n".join("".join(c["source"]) for c in cells)
     lines = [m.group(0) for text in texts.values()
-             for m in re.finditer(r"(?:python -m helpers\.diagnose|dataloader-lab diagnose) [\w./]+:\w+[^`\n\"']*",
-                                  text)]
+             for m in re.finditer(COMMAND_LINE, text)]
     assert lines and {line.strip() for line in lines} == {DIAGNOSE}
 
 
@@ -148,3 +148,33 @@ def test_the_anchor_rule_is_githubs(tmp_path, heading, slug):
     page = tmp_path / "page.md"
     page.write_text(f"# {heading}\n")
     assert slug in anchors(page)
+
+
+def test_the_h100_figures_are_the_ones_the_model_uses():
+    """Notebook 19 quotes one GPU measurement in words; each number it states is the one in
+    ``helpers.lessons.main_process.H100`` or computed from it."""
+    sys.path.insert(0, str(ROOT))
+    from helpers.lessons import main_process
+
+    h100, model = main_process.H100, main_process.h100_model()
+    text = " ".join(markdown(next((ROOT / "notebooks").glob("19_*.ipynb"))).split())
+    stated = {
+        "**37 %**": f"**{h100['reached share of the bound']:.0%}**".replace("%", " %"),
+        "(~123 batches/s)": f"(~{h100['needed']:.0f} batches/s)",
+        "3.59 s with 4 and 3.62 s with 12": (f"{h100['4 workers s']:.2f} s with 4 and "
+                                             f"{h100['12 workers s']:.2f} s with 12"),
+        "**72 batches/s**": f"**{h100['loader float32 pinned']:.0f} batches/s**",
+        "and **121** of uint8": f"and **{h100['loader uint8 pinned']:.0f}** of uint8",
+        "8.1 + 13.9 = 22 ms": f"{model['y_s'] * 1e3:.1f} + {model['m_s'] * 1e3:.1f} = "
+                              f"{model['per_batch_s'] * 1e3:.0f} ms",
+        "8.1 / 22 ≈ 37 %": f"{model['y_s'] * 1e3:.1f} / {model['per_batch_s'] * 1e3:.0f} ≈ "
+                           f"{model['share_of_bound']:.0%}".replace("%", " %"),
+        "max(y, m) = 13.9 ms, 59 %": f"max(y, m) = {model['m_s'] * 1e3:.1f} ms, "
+                                     f"{model['y_s'] / model['m_s']:.0%}".replace("%", " %"),
+    }
+    for quoted, computed in stated.items():
+        assert quoted in text, f"notebook 19 no longer says {quoted!r}: update this test with the text"
+        assert quoted == computed, f"notebook 19 says {quoted!r}; the figures give {computed!r}"
+    sources = markdown(ROOT / "docs" / "sources.md") + markdown(next((ROOT / "notebooks").glob("19_*.ipynb")))
+    for number in re.findall(r"H100 figures[^\n]*", sources):
+        assert f"{h100['reached share of the bound']:.0%}".replace("%", " %") in number

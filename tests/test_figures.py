@@ -105,8 +105,7 @@ def test_text_colours_read_on_white():
 
 
 # -- no colour outside the palette ---------------------------------------------------------------
-#: Where colours are drawn. predict.py's widget is being reworked elsewhere (issue 21 §1); its one
-#: literal is a neutral border.
+#: Where colours are drawn. predict.py's one literal is the widget's neutral border, set in its CSS.
 GUARDED = ["helpers/plots", "helpers/explorers", "helpers/classroom"]
 NOT_GUARDED = {"helpers/classroom/predict.py"}
 _HEX = re.compile(r"#[0-9a-fA-F]{3}(?:[0-9a-fA-F]{3})?(?:[0-9a-fA-F]{2})?\b")

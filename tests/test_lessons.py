@@ -913,7 +913,7 @@ SLOW = [0.02 * k for k in range(12)]  # one batch every 20 ms: each arrives afte
 def gpu_case(prefetcher=FAST, serialised=FAST, prefetcher_order="prefetcher"):
     host, bound, transform_s, _ = host_case()
     gpu = {"DevicePrefetcher": gpu_recording(prefetcher_order, prefetcher),
-           "former serialised prefetcher": gpu_recording("serialised", serialised)}
+           "serialised prefetcher": gpu_recording("serialised", serialised)}
     return host, bound, transform_s, gpu
 
 
@@ -1896,8 +1896,8 @@ def _after_run(worker_ready):
 
 
 def test_diagnosis_fed_row_says_when_workers_were_still_starting():
-    # make notebooks START_METHOD=spawn on the slower kind: the fed loader was told "unexplained", the
-    # loop waited 25 % after its first batch, with spawned workers still importing torch.
+    # Under spawn on a slow machine the fed loader can be told "unexplained": the loop waits 25 % after
+    # its first batch, with spawned workers still importing torch.
     from helpers.lessons import diagnosis
 
     mysteries = {"A": _FakeDiagnosis(["num_workers"])}

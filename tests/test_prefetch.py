@@ -251,8 +251,8 @@ def test_device_prefetcher_orders_stream_operations_right(fake_cuda):
 
 
 @pytest.mark.untimed
-def test_the_former_order_serialises_copy_and_step(fake_cuda):
-    # The same check on the lab's former prefetcher finds both errors the review found.
+def test_the_serialised_order_serialises_copy_and_step(fake_cuda):
+    # The same check on the serialised order finds both of its errors.
     problems = order_problems(run_prefetcher(fake_cuda, helpers.SerialisedDevicePrefetcher), 4)
     assert "the loop's stream waits for the whole side stream, so for later copies too" in problems
     assert "a batch was handed out only after the loader produced the next one" in problems
@@ -318,8 +318,8 @@ def test_cuda_copies_and_prefetcher():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_cuda_copy_overlaps_the_step():
     """A step that ends in a sync, as ``loss.item()`` does, about as long as a batch's copy: with
-    the fixed order a batch takes about max(copy, step); with the former order each step also waits
-    for the next batch's copy, copy + step. Without the sync the former order overlaps as well, and
+    the fixed order a batch takes about max(copy, step); with the serialised order each step also waits
+    for the next batch's copy, copy + step. Without the sync the serialised order overlaps as well, and
     a step 16 times the copy hides the difference in noise: an H200 (torch 2.11) measured 16.15
     against 16.19 ms a batch that way. So the step is sized here to the copy this GPU measures."""
     device = torch.device("cuda")

@@ -127,7 +127,9 @@ HISTORY = re.compile(
     rf"(?i)\b(?:(?:this|last|next|previous|earlier|later) sessions?\b|{_ORDINAL} sessions?\b|"
     r"\bsessions\b|RUNS\.md|\bfc\d{3}\b|fresh clone's|\bfresh clones\b|fresh clone (?:measured|inside)|"
     r"(?:in a|one) fresh clone\b|found by `make|\bthis stop\b|closing note|\bred run\b|\bwent red\b|"
-    r"\bCI's run\b|\bCI \(\d{4}-|\bfresh-clone\b)|"
+    r"\bCI's run\b|\bCI \(\d{4}-|\bfresh-clone\b|while this lab was built|\bissue \d+ of this lab\b|"
+    r"issue \d+ §|\bslower kind\b|\ban earlier version\b|\blab's former\b|\bformer (?:serialised|device)\b|"
+    r"\b(?:tools|approaches) were tried\b|\bcome from 20\d\d-)|"
     r"\((?:CI|make \w+)\b[^)]{0,30}\d{4}-\d\d-\d\d")
 
 
@@ -144,6 +146,9 @@ def test_the_history_finder_finds_run_logs():
                  "CI (2026-11-28) advised it", "inside a 1-CPU quota (make quota, 2026-11-26)",
                  "a red run: 195 -> 260", "so it went red", "in 2 of 3 fresh clones",
                  "A fresh clone measured 16 repeats", "CI's run on a slower machine",
+                 "measured while this lab was built", "(issue 21 §1)", "on the slower kind of machine",
+                 "An earlier version of this class", "the lab's former device prefetcher",
+                 "three tools were tried", "the numbers come from 2026-11-30",
                  "in a fresh clone (5 workers", "# fresh-clone make test on the slower kind: 69.1 ms"]:
         assert history_lines(line) == [line], line
     for line in ["start_new_session=True", "a round trip per request",

@@ -219,7 +219,7 @@ def decode_rate(timeline: Any) -> float:
     are left out. Two workers on two free cores decode about twice what one does; a third worker on
     two cores makes every fetch take longer on the wall clock and adds nothing.
 
-    An earlier version added up each worker's median images ÷ fetch time: fetch times are skewed
+    Adding up each worker's median images ÷ fetch time would mislead: fetch times are skewed
     (a few take twice the median), so it overstated what the workers decoded together (830 images/s
     for 2 workers that decoded 560), and with 3-4 fetches per worker in a smoke run its ratios
     ranged 0.7-1.3×; this one held 1.64-1.66× (2 vs 1) and 0.79-0.82× (3 vs 2) in the same runs."""

@@ -8,8 +8,8 @@
   step on each batch waits (on the GPU, not on the host) for that batch's own copy only.
   It is self-contained (torch and the standard library only), so it can be copied into a
   script whole: notebook 07 shows it, and a test keeps that copy identical to this one.
-* :class:`SerialisedDevicePrefetcher` is this lab's former device prefetcher, kept only
-  to measure what the fix above buys: it orders every step after the *next* copy too.
+* :class:`SerialisedDevicePrefetcher` is the serialised order, kept only to measure what the
+  order above buys: it orders every step after the *next* copy too.
 
 Each wraps an iterable of batches (a DataLoader), is an iterable itself, and runs in the
 main process. They carry no timing code: :func:`helpers.record` times their per-batch
@@ -196,8 +196,8 @@ class DevicePrefetcher:
 
 
 class SerialisedDevicePrefetcher:
-    """The lab's former device prefetcher, kept to measure what :class:`DevicePrefetcher`
-    fixes. Do not copy it: it pulls batch s+1 from the loader and queues its copy *before*
+    """The serialised order, kept to measure what :class:`DevicePrefetcher`
+    buys. Do not copy it: it pulls batch s+1 from the loader and queues its copy *before*
     handing out batch s, then makes the loop's stream wait for the whole side stream — so
     the step on batch s also waits for copy s+1 (with a sync per step, such as
     ``loss.item()``, copy and step are serialised), and the loop waits for the loader's

@@ -90,7 +90,7 @@ def checks(host: dict[str, Timeline], bound: dict[str, Timeline], transform_s: f
         out.append(premise_failed(claim, "", "needs a CUDA GPU (torch.cuda.is_available() is False here)",
                                   id="07.gpu.copies_beside_steps"))
     else:
-        out.append(overlap_check(claim, gpu["DevicePrefetcher"], gpu["former serialised prefetcher"]))
+        out.append(overlap_check(claim, gpu["DevicePrefetcher"], gpu["serialised prefetcher"]))
     return out
 
 
@@ -204,7 +204,7 @@ IMAGENET = ([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])
 def gpu_runs(device) -> dict[str, Timeline]:
     """The tutorial's model on its images (batch 32, 4 workers, pinned), a real step with
     ``loss.item()`` each step: the loop copying each batch, the device prefetcher, its uint8
-    variant, and the former serialised prefetcher. Needs CUDA."""
+    variant, and the serialised prefetcher. Needs CUDA."""
     import torch
     from torch.utils.data import DataLoader
 
@@ -234,5 +234,5 @@ def gpu_runs(device) -> dict[str, Timeline]:
         "DevicePrefetcher": run(wrap=lambda it: DevicePrefetcher(it, device)),
         "DevicePrefetcher, uint8 + normalise on device": run(
             uint8=True, wrap=lambda it: DevicePrefetcher(it, device, normalize=IMAGENET)),
-        "former serialised prefetcher": run(wrap=lambda it: SerialisedDevicePrefetcher(it, device)),
+        "serialised prefetcher": run(wrap=lambda it: SerialisedDevicePrefetcher(it, device)),
     }

@@ -49,7 +49,7 @@ def checks(
     timeline = getattr(fed, "timeline", None)
     ramp = ramp_share(timeline) if timeline is not None else None
     if fed.knobs() != ["none"] and ramp is not None and ramp > RAMP_SHARE:
-        # make notebooks START_METHOD=spawn on the slower kind: "unexplained", the loop waited 25 %
+        # under spawn on a slow machine the loop can wait 25 % while workers still import torch
         waited += (f"; its workers were still starting for {ramp:.0%} of the run after the first batch: the "
                    "loop waited for workers not yet there")
     out.append(Expected("a loader that keeps up: the diagnosis names no data knob, only 'make the step "

@@ -11,8 +11,9 @@ from ..timing.analysis import main_cpu_per_batch_s, per_batch_s  # noqa: F401 (t
 from ..timing.theory import main_shares, measured_main_s, step_time
 from ..timing.timeline import Timeline
 
-#: Measured on one NVIDIA H100 with torch 2.11 while this lab was built (issue 22 of this lab): the
-#: tutorial's model and data, the capstone's final stage. Batches per second.
+#: Measured on one NVIDIA H100 with torch 2.11: the tutorial's model and data, the capstone's final
+#: stage (notebook 11). Batches per second, shares of the compute-only bound, and seconds per stage.
+#: Notebook 19's text quotes these numbers; tests/test_facts.py keeps it equal to them.
 H100 = {"needed": 123.0, "loader float32 pinned": 72.0, "loader uint8 pinned": 121.0,
         "reached share of the bound": 0.37, "4 workers s": 3.59, "12 workers s": 3.62}
 

@@ -64,9 +64,8 @@ class Followed:
     @property
     def tolerance_s(self) -> float:
         """How far the measurement may land from the prediction: 15 % of it, or the noise, plus the
-        model's miss measured before the change. On the slower kind loader A ran 1.2 ms a step
-        slower than the model both before (67.7 against 66.5 ms) and after (22.6 against 21.4);
-        inside make test one run after landed at 25.0 against 21.6 ± 3.2."""
+        model's miss measured before the change: a loader the model misses by a millisecond before the
+        change misses by about as much after it, and a busy machine adds its noise."""
         return max(0.15 * self.predicted_s, self.noise_s) + self.model_gap_s
 
     @property
