@@ -150,8 +150,8 @@ from .timing.analysis import (
     time_per_batch_after_startup,
 )
 from .timing.device import batch_nbytes, to_device
+from .timing.diagnosis.advice import Recommendation
 from .timing.diagnosis.result import Diagnosis
-from .timing.diagnosis.rules import Recommendation
 from .timing.diagnosis.run import diagnose
 from .timing.hooks import MAIN_PROCESS
 from .timing.plain import measure_n_y_m, next_when_ready, unimportable_parts, wait_share

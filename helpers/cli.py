@@ -26,7 +26,7 @@ from typing import Any
 from torch.utils.data import DataLoader, Dataset
 
 from .timing import torch_internals
-from .timing.diagnosis.rules import _describe_change
+from .timing.diagnosis.advice import describe_change as _describe_change
 from .timing.diagnosis.run import diagnose, follow_advice, next_to_follow
 
 

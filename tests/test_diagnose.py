@@ -41,9 +41,14 @@ def test_the_diagnosis_names_each_planted_cause(name):
 def test_a_loader_that_keeps_up_gets_no_data_knob(monkeypatch):
     loader = DataLoader(helpers.WorkDataset(512, item_wait_s=0.002), batch_size=16, num_workers=2)
     d = helpers.diagnose(loader, helpers.ModelledStep(0.03), steps=24, progress=False)
-    assert d.knobs() == ["none"], str(d)
     assert d.headroom < 1.5 and d.steady_wait_share < 0.1
-    assert d.recommendations[0].advice.startswith("the loader keeps up"), str(d)
+    # "keeps up" only under 5 % waiting; between 5 and 10 % the loop's own share is named instead
+    if d.steady_wait_share < 0.05:
+        assert d.knobs() == ["none"], str(d)
+        assert d.recommendations[0].advice.startswith("the loader keeps up"), str(d)
+    else:
+        assert d.knobs() in (["none"], ["main_process"]), str(d)
+        assert "keeps up" not in d.recommendations[0].advice.replace("nearly keeps up", ""), str(d)
     # A dict loader whose loop waits 57 % after the first batch, 2 % of it for batches not
     # yet built. Still no worker knob, but not "the loader keeps up": the wait is the loop's own.
     from helpers.timing.diagnosis.result import Diagnosis
@@ -52,8 +57,9 @@ def test_a_loader_that_keeps_up_gets_no_data_knob(monkeypatch):
     monkeypatch.setattr(Diagnosis, "steady_wait_share", property(lambda self: 0.57))
     monkeypatch.setattr(Diagnosis, "steady_data_wait_share", property(lambda self: 0.02))
     (taking_in,) = recommend(d, loader)
-    assert taking_in.knob == "none" and "keeps up" not in taking_in.advice, taking_in
-    assert "the loop's wait is its own work taking the batches in" in taking_in.advice, taking_in
+    assert taking_in.knob == "main_process" and "keeps up" not in taking_in.advice, taking_in
+    assert "its own work taking them in" in taking_in.advice and "57%" in taking_in.because, taking_in
+    assert "the loop's wait is its own work taking them in" in taking_in.advice, taking_in
     assert "waited 57 %" not in taking_in.because and "waited 57%" in taking_in.because, taking_in
 
 
@@ -123,14 +129,15 @@ def test_zero_workers_get_the_sizing_rules_answer():
 def _patch_diagnosis_cpu_limits(monkeypatch, limits):
     """The diagnosis's modules that read the effective cores (each bound ``cpu_limits`` by name)."""
     from helpers import cores
-    from helpers.timing.diagnosis import result, rules, run
+    from helpers.timing.diagnosis import result, run
+    from helpers.timing.diagnosis.rules import context
 
     real = cores.cpu_limits()
     if real.cores < limits.cores:
         # Inside a CPU quota the workers' CPU share and the main process's wait no longer read as
         # they would on the cores this test pretends to have: its premise fails, so it says so.
         pytest.skip(f"this test pretends {limits.describe()}; this machine has {real.describe()}")
-    for module in (result, rules, run):
+    for module in (result, context, run):
         monkeypatch.setattr(module, "cpu_limits", lambda *a, **k: limits)
 
 
@@ -301,7 +308,8 @@ def test_a_late_second_worker_is_start_up_not_a_reason_to_deepen_the_prefetch(qu
 
     loader = DataLoader(LateSecondWorker(24, 0.060), batch_size=2, num_workers=2)
     d = _diagnose(loader, 0.02, steps=12)
-    assert d.steady_data_wait_share < 0.05 and d.knobs() == ["none"], str(d)
+    # no data knob: "none", or, where the loop's own work taking batches in is 5 % or more, its share
+    assert d.steady_data_wait_share < 0.05 and d.knobs() in (["none"], ["main_process"]), str(d)
 
 
 def _with_fetches(d, fetch_s):
@@ -410,8 +418,9 @@ def test_loaders_of_every_kind_get_the_advice_a_careful_engineer_would_give(quie
         d = _diagnose(loader, step_s, steps=12)
         # A loader that keeps up gets no knob. Where the machine itself stalls the loop for batches not
         # yet built past the 10 % line (a slower, busier one), "unexplained" (read the timeline) is the
-        # careful answer too; a knob (a deeper prefetch, say) is not.
-        expected = [knobs, ["unexplained"]] if knobs == ["none"] else [knobs]
+        # careful answer too, and a wait of 5 % or more that is the loop's own work taking batches in is
+        # named as the main process's share; a data knob (a deeper prefetch, say) is not.
+        expected = [knobs, ["unexplained"], ["main_process"]] if knobs == ["none"] else [knobs]
         assert d.knobs() in expected and d.steps == 12, (name, str(d))
         if knobs == ["num_workers"]:
             # A second worker: 8 ms of waits per batch against the 5 ms step (the dicts: 12 ms, see above,
@@ -472,6 +481,32 @@ def test_the_load_on_the_cores_is_measured_from_other_processes():
         spinner.join()
     assert busy is not None and idle is not None
     assert busy >= idle + 0.5, (idle, busy)  # one spinning process: about one core more
+
+
+def test_a_burst_of_work_just_before_the_run_does_not_cap_the_workers(monkeypatch):
+    # A program that was busy only for a moment before the run (one that had just written the data,
+    # then exited) is one window's sample of the machine's load: the quieter window after the run wins.
+    import multiprocessing as mp
+    import time
+
+    from helpers import cores
+
+    two = cores.CpuLimits(2, "os.sched_getaffinity", None)
+    _patch_diagnosis_cpu_limits(monkeypatch, two)
+    idle = helpers.timing.diagnosis.run._others_busy_cores(0.3)
+    if idle is None or idle > 0.3:
+        pytest.skip(f"this test needs a quiet machine; other processes keep {idle} cores busy")
+    burst = mp.get_context("fork").Process(target=helpers.burn_cpu, args=(0.4,))
+    burst.start()
+    time.sleep(0.05)
+    try:
+        d = _diagnose(DataLoader(helpers.WorkDataset(64, item_cpu_s=0.008), batch_size=4), 0.01, steps=16)
+    finally:
+        burst.join()
+    assert d.others_busy is not None and d.others_busy < 0.5, str(d)
+    assert d.free_cores(two) == 2, str(d)
+    workers = _advice(d, "num_workers")
+    assert workers is not None and workers.change == {"num_workers": 2}, str(d)
 
 
 def test_a_slow_copy_to_the_device_gets_pinning_advice(quiet_machine, monkeypatch):
@@ -966,7 +1001,7 @@ def test_the_sampler_advice_keeps_the_rest_of_m_as_the_run_measured_it():
     from diagnose_loaders import SlowSampler, Vector
     from torch.utils.data import DataLoader
 
-    from helpers.timing.diagnosis.main_share import main_process_advice
+    from helpers.timing.diagnosis.rules.main_process import main_process_advice
 
     loader = DataLoader(Vector(16), batch_size=8, sampler=SlowSampler(16, 0.0))
     d = SimpleNamespace(sampler_s=0.0161, receive_alone_s=0.0003, storages=1, stacked=1.0, device=None)
@@ -1064,7 +1099,7 @@ def test_the_outside_set_gets_the_advice_a_careful_engineer_gives(outside_data, 
 
 
 def test_the_stage_advice_removes_the_stage_s_share_of_the_fetch_measured_where_the_loader_runs():
-    from helpers.timing.diagnosis.stages import stage_advice
+    from helpers.timing.diagnosis.rules.sample import stage_advice
 
     stages = {"decode (the dataset's loader)": 0.001, "3. ColorJitter": 0.002,
               "the rest of __getitem__": 0.001}
@@ -1208,3 +1243,44 @@ def test_a_burst_of_slow_fetches_on_one_worker_gets_a_lead_that_covers_it(quiet_
     tl = schedule(spread)
     assert longest_burst(tl, 0.020)[0] <= 0.020
     assert "prefetch_factor" not in [r.knob for r in recommend(Diagnosis(tl, 0.010), loader)]
+
+
+# -- loaders written outside the lab ---------------------------------------------------------------
+#: The words of each case's expert fix (its FIX) that the advice must carry.
+FIX_WORDS = {"audio": "__init__", "text": "__init__", "tabular": "once per worker", "images": "Image.draft",
+             "timeseries": "np.frombuffer", "video": "decode only", "pointcloud": "mmap_mode='r'",
+             "recsys": "np.frombuffer", "medical": "lock", "records": "once per worker", "graph": "__init__"}
+
+
+def names_call(expected: str, call: str | None) -> bool:
+    """Whether the advice's call is the case's: "a Python loop" is the function's own Python (a loop),
+    a ``multiprocessing.Lock`` shows as its ``SemLock``, ``csv.DictReader`` as its ``__next__``."""
+    if call is None:
+        return False
+    aliases = {"a Python loop": "its own Python (a loop)", "a dict comprehension": "its own Python (a dict "
+               "comprehension)", "multiprocessing.Lock": "SemLock."}
+    wanted = aliases.get(expected, expected)
+    return call == wanted or call.startswith(wanted)
+
+
+@pytest.mark.parametrize("name", ["audio", "text", "tabular", "images", "timeseries", "video", "pointcloud",
+                                  "recsys", "medical", "records", "graph"])
+def test_on_loaders_written_outside_the_lab_the_diagnosis_names_the_function_the_call_and_the_fix(
+        name, tmp_path, monkeypatch):
+    # Each case (tests/outside_loaders) has one cause inside __getitem__ or collate_fn, and an expert's
+    # fix beside it; none of them was written with the diagnosis's rules in view.
+    import importlib
+
+    monkeypatch.setenv("OUTSIDE_LOADERS_DIR", str(tmp_path))
+    case = importlib.import_module(f"outside_loaders.{name}")
+    try:
+        d = _diagnose(case.make_loader(), case.STEP_MS / 1000, steps=40)
+    finally:
+        case.cleanup()
+    named = [r for r in d.recommendations if r.function is not None]
+    assert named, str(d)
+    advice = named[0]
+    assert case.CAUSE_FUNCTION in advice.advice, str(d)
+    assert names_call(case.CAUSE_CALL, advice.call), (advice.call, str(d))
+    assert FIX_WORDS[name] in advice.advice, str(d)
+    assert "image" not in advice.advice.lower() or name in ("images", "video"), str(d)

@@ -320,3 +320,24 @@ def test_the_command_line_and_the_instrument_import_the_lab_by_no_name():
              for number, line in enumerate(path.read_text().splitlines(), 1)
              if re.match(r"\s*(from helpers[. ]|import helpers\b)", line)]
     assert named == []
+
+
+def test_the_diagnosis_flows_one_way():
+    """Measuring (run, profile, stages, batches) → facts (result, profiled) → rules → the report: no
+    module imports one from a later layer than its own, so nothing imports in a circle."""
+    import ast
+
+    folder = ROOT / "helpers" / "timing" / "diagnosis"
+    layer = {"advice": 0, "thresholds": 0, "loaders": 0, "batches": 0, "profile": 1, "profiled": 1,
+             "stages": 1, "result": 2, "rules": 3, "run": 4, "__init__": 5}
+    for path in sorted(folder.rglob("*.py")):
+        inside = path.relative_to(folder).parts
+        own = layer["rules"] if inside[0] == "rules" else layer[path.stem]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                depth = node.level - (1 if inside[0] == "rules" else 0)
+                if depth != 1 or not node.module:
+                    continue
+                target = node.module.split(".")[0]
+                if target in layer:
+                    assert layer[target] <= own, f"{path.relative_to(ROOT)} imports .{target}, a later layer"

@@ -174,9 +174,11 @@ assert [int(b["y"][0]) for b in DevicePrefetcher(nested, "cpu")] == [0, 1, 2]
 images = torch.full((2, 3, 4, 4), 255, dtype=torch.uint8)
 (moved, _), = DevicePrefetcher([(images, torch.arange(2))], "cpu", normalize=([0.5] * 3, [0.5] * 3))
 assert moved.dtype == torch.float32 and bool((moved == 1).all())
-for i, _ in enumerate(DevicePrefetcher(batches, "cpu", depth=1)):
+prefetcher = DevicePrefetcher(batches, "cpu", depth=1)
+for i, _ in enumerate(prefetcher):
     if i == 2:
         break
+prefetcher.thread.join(timeout=2)  # close() does not wait for it: it ends by itself
 assert threading.active_count() == 1, threading.enumerate()
 
 

@@ -404,3 +404,43 @@ def test_pinned_memory_taken_counts_the_run_not_the_cache_before_it():
     one_batch = next(iter(DataLoader(data, batch_size=8)))
     assert 0 < taken.peak_bytes <= helpers.pinned_budget_bytes(one_batch, 2, 2) < cached
     assert taken.blocks >= 2
+
+
+class SlowAfterFirst:
+    """Batches of which the first is there at once and each later one takes 0.3 s (a loader whose next
+    fetch is under way when the loop leaves)."""
+
+    def __iter__(self):
+        for i in range(6):
+            if i:
+                time.sleep(0.3)
+            yield torch.full((2,), float(i))
+
+
+@pytest.mark.parametrize("wrap", ["ThreadPrefetcher", "DevicePrefetcher"])
+def test_a_loop_that_leaves_early_goes_on_at_once(wrap):
+    # The patterns a learner copies (07's prefetch threads) must not hold the loop after a `break`:
+    # close() neither joins the thread, which is inside the source's next() for 0.3 s, nor polls.
+    wrapped = (helpers.ThreadPrefetcher(SlowAfterFirst(), lambda b: b, depth=2) if wrap == "ThreadPrefetcher"
+               else helpers.DevicePrefetcher(SlowAfterFirst(), "cpu", depth=2))
+    for _ in wrapped:
+        start = time.perf_counter()
+        break
+    left = time.perf_counter() - start
+    assert left < 0.03, f"{wrap}: the loop waited {left * 1e3:.0f} ms after its break"
+    thread = wrapped._thread if wrap == "ThreadPrefetcher" else wrapped.thread
+    thread.join(timeout=2)  # it ends by itself once its next() returns
+    assert not thread.is_alive()
+
+
+def test_threaded_batches_let_a_loop_leave_early_at_once():
+    # 19's receiving threads (a torchdata ParallelMapper): leaving after the first batch does not wait
+    # for the threads to stop.
+    loader = torch.utils.data.DataLoader(helpers.ThreadedBatches(12, 4, 64, threads=2, wait_s=0.2),
+                                         batch_size=None)
+    it = iter(loader)
+    next(it)
+    start = time.perf_counter()
+    del it
+    left = time.perf_counter() - start
+    assert left < 0.03, f"dropping the iterator took {left * 1e3:.0f} ms"

@@ -115,15 +115,15 @@ class ThreadPrefetcher:
             self.close()
 
     def close(self) -> None:
-        """Stop the background thread (it finishes the batch it is on) and drop what it held."""
+        """Stop the background thread without waiting for it (it ends after the batch it is on, or
+        within 0.05 s if it is waiting for room) and drop what it held: a loop that leaves early goes on
+        at once."""
         self._stop.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            while self._thread.is_alive():
-                try:
-                    self._queue.get_nowait()
-                except queue.Empty:
-                    pass
-                self._thread.join(timeout=0.05)
+        while True:
+            try:
+                self._queue.get_nowait()
+            except queue.Empty:
+                return
 
 
 class DevicePrefetcher:
@@ -163,12 +163,21 @@ class DevicePrefetcher:
                 if copied is not None:
                     copied.record(self.stream)  # reached when this batch's copy is done
                     self._each(batch, lambda t: t.record_stream(loop))  # kept until the loop is done
-                if stop.is_set():
+                if not self._put(ready, stop, (batch, copied)):
                     return
-                ready.put((batch, copied))
-            ready.put(None)
+            self._put(ready, stop, None)
         except BaseException as error:  # raised in the loop
-            ready.put(error)
+            self._put(ready, stop, error)
+
+    @staticmethod
+    def _put(ready, stop, item):  # False once the loop has gone (close): the thread then ends
+        while not stop.is_set():
+            try:
+                ready.put(item, timeout=0.05)
+                return True
+            except queue.Full:
+                pass
+        return False
 
     def __iter__(self):
         loop = torch.cuda.current_stream(self.device) if self.stream is not None else None  # loop's stream
@@ -187,12 +196,11 @@ class DevicePrefetcher:
             self.close()
 
     def close(self):
-        """Stop the thread: it ends after the batch it is on."""
-        while self.thread is not None and self.thread.is_alive():
+        """Stop the thread without waiting for it: it ends after the batch it is on."""
+        if self.thread is not None:
             self.stop.set()
-            while not self.ready.empty():  # frees the place the thread may be waiting for
+            while not self.ready.empty():  # drop the batches copied ahead
                 self.ready.get_nowait()
-            self.thread.join(timeout=0.05)
 
 
 class SerialisedDevicePrefetcher:

@@ -8,7 +8,7 @@ import time
 from collections.abc import Sequence
 
 from ..classroom.checks import Check, Expected, at_most, holds, premise_failed
-from ..timing.diagnosis.rules import input_scale
+from ..timing.diagnosis.thresholds import input_scale
 from ..timing.plain import wait_share
 
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from ..timing.diagnosis.advice import describe_change as _describe_change
 from ..timing.diagnosis.result import Diagnosis
-from ..timing.diagnosis.rules import _describe_change
 from .timeline import plot_timeline, plot_timelines
 
 

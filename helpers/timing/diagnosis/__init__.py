@@ -21,7 +21,14 @@ speed limit of the loop), and reports:
   share (05); pinning when the copy is (06); a cheaper collate when busy workers spend their time
   there (08); the main process's share when it, not the workers, bounds the step (11). More workers
   only when the model saves at least ``WORTH`` of a step; an ``IterableDataset`` is told the
-  sharding more workers need.
+  sharding more workers need; workers that take turns on a lock they share are told so, not given more;
+- **where a sample's time goes**, when the loop waits for batches not yet built: a few samples
+  profiled with ``cProfile`` where the loader builds them (:mod:`.profile`), read as the learner's
+  costliest functions with their file and line, and the library call inside (:mod:`.profiled`); the
+  advice names the function, the call and the cause it recognises (the same arguments every call, a
+  whole file read for a part, values converted one by one, more decoded than kept), with its remedy
+  and the step predicted without it. A dataset that exposes its stages (a ``loader``, a ``Compose``)
+  also gets each stage's time (:mod:`.stages`).
 
 ``verify=True`` then follows the advice: it applies the first recommendation that is a
 ``DataLoader`` setting to a copy of the loader, runs again, reports the measured time per step
@@ -36,10 +43,12 @@ One picture (:meth:`Diagnosis.plot`), one table (:meth:`Diagnosis.table`), one P
 
 :func:`helpers.timing.trace.profile` records the same run under ``torch.profiler``.
 
-``rules`` (the scale, thresholds, :func:`recommend`), ``result`` (:class:`Diagnosis`,
-:class:`Followed`), ``run`` (:func:`diagnose`, :func:`with_changes`), ``batches`` (what it reads from a
-batch). The mystery loaders of
-notebook 16 are a workload: :mod:`helpers.data.mysteries`.
+The package flows one way: ``run`` measures (:func:`diagnose`; ``profile``, ``stages``, ``batches``),
+``result`` holds the facts (:class:`Diagnosis`, :class:`Followed`; ``profiled`` reads the profile),
+``rules`` turns facts into advice (one small function per rule, :func:`recommend`; numbers in
+``thresholds``, the advice's shape in ``advice``), and the views report it. ``loaders`` copies a
+loader with changes (:func:`with_changes`). The mystery loaders of notebook 16 are a workload:
+:mod:`helpers.data.mysteries`.
 """
 
 from __future__ import annotations

@@ -16,7 +16,9 @@ from typing import Any
 from ...cores import cpu_limits
 from ..theory import main_shares, measured_main_s
 from ..timeline import Timeline
-from .rules import CPU_BOUND, Recommendation, input_scale
+from .advice import Recommendation
+from .profiled import SampleProfile
+from .thresholds import CPU_BOUND, input_scale
 
 #: Draws a Diagnosis, ``draw(diagnosis, title) -> Axes``: set by :mod:`helpers` (its ``__init__``) to
 #: :func:`helpers.plots.plot_diagnosis`, loaded on first use. The instrument imports no plots.
@@ -104,8 +106,9 @@ class Diagnosis:
     #: the main process's time to take a batch in, measured alone after the run (s): unpickling a
     #: kept batch as it arrived from a worker, with no worker competing for a core. None: 0 workers
     receive_alone_s: float | None = None
-    #: cores of the affinity mask other processes kept busy just before the run (a browser, another
-    #: notebook, a classmate on a shared server); None when it could not be read
+    #: cores of the affinity mask other processes kept busy during the run (a browser, another
+    #: notebook, a classmate on a shared server): the machine's busy time less this process tree's own
+    #: CPU; None when it could not be read
     others_busy: float | None = None
     #: the main process's time per batch in ``next()`` on the loader's sampler, measured alone after the
     #: run (s); None: an iterable dataset, or not measured
@@ -119,6 +122,9 @@ class Diagnosis:
     #: seconds per sample of each stage of ``__getitem__`` timed in a worker (:mod:`.stages`); None: not
     #: timed (the fetch waits rather than computes, or the dataset exposes no stage)
     stages: dict[str, float] | None = None
+    #: where a sample's time goes, function by function, profiled where the loader runs its samples
+    #: (:mod:`.profile`); None: not profiled (the loop did not wait for batches not yet built)
+    profile: SampleProfile | None = None
 
     def free_cores(self, limits: Any = None) -> int:
         """Whole cores the workers can compute on: the effective cores (quota included) as a count
@@ -306,7 +312,7 @@ class Diagnosis:
                          f"({'computing' if self.computes() else 'waiting'}{most})"])
         if self.cores:
             load = ("" if self.others_busy is None else
-                    f"; other processes kept {self.others_busy:.1f} of them busy just before the run"
+                    f"; other processes kept {self.others_busy:.1f} of them busy during the run"
                     + (f": about {self.free_cores()} free for computing workers"
                        if self.free_cores() < cpu_limits().whole else ""))
             rows.append(["cores", self.cores + load])
@@ -314,12 +320,43 @@ class Diagnosis:
         if self.stages is not None:
             rows += [[f"a sample: {name} (timed in a worker)", f"{s * 1e3:.2f} ms"]
                      for name, s in self.stages.items()]
+        rows += self.profile_rows()
         if self.storages is not None:
             rows.append(["tensor storages in a batch", f"{self.storages} (each handed over from a worker on "
                          "its own)"])
         rows += [[f"→ {r.knob}", f"{r.advice} ({r.because})"] for r in self.recommendations]
         rows += [["followed", f.describe()] for f in self.followed]
         return rows
+
+    def profile_rows(self, most: int = 5) -> list[list[str]]:
+        """The profile's rows: the functions of the learner's code that cost most per sample (file:line,
+        ms per sample, share), and the call inside the costliest one."""
+        p = self.profile
+        if p is None:
+            return []
+        rows = [[f"a sample: {f} (profiled)", f"{f.seconds * 1e3:.2f} ms, {f.share:.0%}"]
+                for f in p.functions[:most]]
+        if p.call is not None:
+            rows.append([f"...inside {p.culprit}",
+                         f"{p.call}: {p.call.seconds * 1e3:.2f} ms, {p.call.share:.0%}"])
+        return rows
+
+    def profile_table(self, most: int = 8):
+        """The profile as a table: each of the learner's functions that cost most per sample, with its
+        place in the code, its time per sample (scaled to the run's own fetch time) and its share."""
+        from ..report import table
+
+        if self.profile is None:
+            raise ValueError("this diagnosis has no profile: it profiles samples only when the loop waits "
+                             "for batches not yet built")
+        p = self.profile
+        rows = [[f.name, f.where, f"{f.seconds * 1e3:.2f}", f"{f.share:.0%}"] for f in p.functions[:most]]
+        if p.call is not None:
+            rows.append([f"↳ inside {p.culprit.name}: {p.call.name}", "", f"{p.call.seconds * 1e3:.2f}",
+                         f"{p.call.share:.0%}"])
+        return table(["function", "where", "ms per sample", "share of a sample"], rows,
+                     caption=f"where a sample's time goes ({p.samples} samples profiled where the loader "
+                             "runs them)")
 
     def table(self):
         from ..report import table

@@ -17,15 +17,20 @@ from .. import torch_internals
 from ..analysis import settled_intervals
 from ..recorder import record
 from ..theory import step_time
+from .advice import Recommendation, describe_change, ms
 from .batches import private_copy, private_copy_all, spare_descriptors, stacked_share, storages_in
 from .loaders import with_changes
 from .result import Diagnosis, Followed
-from .rules import INPUT_BOUND, _describe_change, recommend
+from .rules import recommend
+from .thresholds import INPUT_BOUND
 
 
 def _others_busy_cores(window_s: float = 0.25) -> float | None:
     """Cores of this process's affinity mask that other processes kept busy during ``window_s``
-    (this process sleeps meanwhile; psutil's per-CPU times). None when they cannot be read."""
+    (this process sleeps meanwhile; psutil's per-CPU times). None when they cannot be read. One
+    window is one sample of the machine's load: :func:`diagnose` keeps the quieter of one before the
+    run and one after it, so that a program that was busy only for a moment (one that had just
+    written the data, say) does not cap the workers."""
     try:
         import psutil
 
@@ -128,30 +133,28 @@ def diagnose(
 
     epochs = max(1, math.ceil(steps / max(per_epoch, 1)))
     label = "diagnosing" if progress is True else progress
-    others_busy = _others_busy_cores()  # before any worker of ours starts
+    busy_before = _others_busy_cores()  # before any worker of ours starts
     timeline = record(loader, keep_and_step, epochs=epochs, max_batches=steps, device=device, progress=label)
     if len(timeline.batches) < 2:
         raise ValueError(f"the loader gave {len(timeline.batches)} batch(es) in {epochs} epoch(s): a "
                          "diagnosis needs at least 2 (is the dataset empty, or an iterable that yields "
                          "nothing?)")
-    d = Diagnosis(timeline, _replay(step, kept, steps, device) if step is not None else None,
-                  cores=cpu_limits().describe(),
+    replayed = _replay(step, kept, steps, device) if step is not None else None
+    busy_after = _others_busy_cores()  # the workers are gone: the machine's own load again
+    others_busy = min((b for b in (busy_before, busy_after) if b is not None), default=None)
+    d = Diagnosis(timeline, replayed, cores=cpu_limits().describe(),
                   receive_alone_s=_receive_alone(kept), others_busy=others_busy,
                   sampler_s=sampler_alone(loader), storages=storages_in(kept[0]) if kept else None,
                   stacked=stacked_share(kept[0], loader.batch_size) if kept else None,
                   device=None if device is None else str(device))
-    d.recommendations = recommend(d, loader, device=device)
-    if step is not None and d.computes() and d.steady_data_wait_share >= INPUT_BOUND:
-        # the loop waits for batches that cost CPU to build: where a sample's time goes says what to cut
-        from .stages import stage_advice, time_stages
+    if step is not None and d.steady_data_wait_share >= INPUT_BOUND:
+        # the loop waits for batches not yet built: where a sample's time goes says what to cut
+        d.profile = profile_sample(loader, d)
+        if d.computes():
+            from .stages import time_stages
 
-        d.stages = time_stages(loader)
-        if d.stages is not None:
-            per_batch = loader.batch_size or 1
-            advice = stage_advice(d.stages, d.fetch_mean_s, per_batch, loader.num_workers,
-                                  d.replay_step_s + d.main_s, d.device, cpu_limits().cores)
-            if advice is not None:
-                d.recommendations.append(advice)
+            d.stages = time_stages(loader)
+    d.recommendations = recommend(d, loader, device=device)
     if step is not None:
         contention = thread_contention(loader, step, d, steps=steps, device=device)
         if contention is not None:
@@ -159,6 +162,21 @@ def diagnose(
     follow_advice(loader, step, d, 2 if verify is True else int(verify), steps=steps, device=device,
                   replay=replay, progress=progress)
     return d
+
+
+def profile_sample(loader: DataLoader, d: Diagnosis) -> Any:
+    """The profile of a few samples built where the loader builds them (:mod:`.profile`), read against
+    the run's own fetch time (:mod:`.profiled`); None when it could not be taken."""
+    from .profile import _library_paths, profile_samples
+    from .profiled import read
+
+    raw = profile_samples(loader)
+    if raw is None:
+        return None
+    try:
+        return read(raw, d.fetch_mean_s, loader.batch_size or 1, _library_paths())
+    except Exception:  # noqa: BLE001 - the profile is extra: it never stops a diagnosis
+        return None
 
 
 #: The step under load this many times its time on cached batches or more: find out why.
@@ -175,7 +193,6 @@ def thread_contention(loader: DataLoader, step: Callable[[Any], Any], d: Diagnos
     import torch
 
     from ...system import torch_threads
-    from .rules import Recommendation, _ms
 
     threads = torch.get_num_threads()
     under_load = statistics.median(b.step_s for b in d.timeline.batches)
@@ -192,9 +209,9 @@ def thread_contention(loader: DataLoader, step: Callable[[Any], Any], d: Diagnos
     return Recommendation(
         "threads", "torch.set_num_threads(1) in the training process (or fewer threads than free cores): "
         "its intra-op threads compete with the workers for the cores",
-        f"the step took {_ms(under_load)} beside the workers against {_ms(d.replay_step_s)} on cached "
-        f"batches, with {threads} intra-op threads; measured again with one: {_ms(after_s[0])} per step "
-        f"instead of {_ms(before_s[0])}")
+        f"the step took {ms(under_load)} beside the workers against {ms(d.replay_step_s)} on cached "
+        f"batches, with {threads} intra-op threads; measured again with one: {ms(after_s[0])} per step "
+        f"instead of {ms(before_s[0])}")
 
 
 def follow_advice(loader: DataLoader, step: Callable[[Any], Any] | None, d: Diagnosis, rounds: int = 2, *,
@@ -211,7 +228,7 @@ def follow_advice(loader: DataLoader, step: Callable[[Any], Any] | None, d: Diag
         if following is None:
             break
         changed = with_changes(current[0], **following.change)
-        label = f"after {_describe_change(following.change)}" if progress else False
+        label = f"after {describe_change(following.change)}" if progress else False
         before_s, before_noise = _mean_and_noise(current[1], following.measure)
         gap = _model_gap(current[0], current[1], before_s, following)
         # whatever else the machine does only ever slows a run down (record_fastest): a run after that

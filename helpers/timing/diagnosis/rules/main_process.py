@@ -1,22 +1,17 @@
 """The main process's share of a batch, m, split: advice for the part that dominates it (the
 sampler, receiving many tensor storages, the loop's own work), each with the step the model
-predicts without that part. Used by :func:`.rules.recommend` when m bounds the step."""
+predicts without that part, when m bounds the step."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from torch.utils.data import DataLoader, IterableDataset
 
-from .rules import Recommendation, _ms
-
-if TYPE_CHECKING:
-    from .result import Diagnosis
-
-#: A part of the main process's share names the advice when it is at least this share of it.
-PART_SHARE = 0.5
-#: Tensor storages in a batch from which receiving them one by one is worth stacking.
-MANY_STORAGES = 16
+from ..advice import Recommendation
+from ..advice import ms as _ms
+from ..thresholds import MANY_STORAGES, PART_SHARE
+from .context import Context
 
 
 class PrecomputedIndices:
@@ -36,7 +31,7 @@ class PrecomputedIndices:
         return f"<the sampler's {len(self.indices)} indices, computed once>"
 
 
-def main_process_advice(d: Diagnosis, loader: DataLoader, own_m: float, y: float,
+def main_process_advice(d: Any, loader: DataLoader, own_m: float, y: float,
                         workers_pace: float, m: float | None = None) -> Recommendation:
     """Advice for a loop bound by the main process's share m, for the part of it that dominates: the
     sampler (``next()`` on it runs in the loop's thread for every batch), receiving many tensor
@@ -93,3 +88,10 @@ def main_process_advice(d: Diagnosis, loader: DataLoader, own_m: float, y: float
         "main_process", "make the main process's share per batch smaller: " + what,
         f"the main process spends {_ms(own_m)} per batch taking it in (measured alone; the sampler "
         f"{_ms(sampler_s)}, receiving {_ms(receive)}), {bound}")
+
+
+def main_process(c: Context) -> Recommendation | None:
+    """The main process's own share m bounds the step (where the workers could keep its pace)."""
+    if not c.main_bound:
+        return None
+    return main_process_advice(c.d, c.loader, c.own_m, c.y, c.workers_pace, c.m)
