@@ -239,7 +239,15 @@ def _draw_diagnosis(diagnosis: Diagnosis, title: str | None = None) -> Any:
     return plot_diagnosis(diagnosis, title)
 
 
+def _draw_profile(diagnosis: Diagnosis) -> Any:
+    """``Diagnosis.plot_profile``, through the plots, loaded lazily."""
+    from .plots.diagnosis import plot_profile
+
+    return plot_profile(diagnosis)
+
+
 importlib.import_module("helpers.timing.diagnosis.result").draw = _draw_diagnosis
+importlib.import_module("helpers.timing.diagnosis.result").draw_profile = _draw_profile
 
 # Inside a notebook's kernel: a shutdown that does not wait 29 s for exited children, so the
 # kernel exits cleanly before its frontend's SIGTERM (helpers.system, reap_children_at_kernel_shutdown).

@@ -1922,6 +1922,9 @@ def test_diagnosis_checks_fail_when_the_profiler_disagrees():
     # 9 spans for 10 batches, each 10 ms off the lab's wait
     rows = diagnosis.checks(mysteries, {"A": "num_workers"}, _FakeDiagnosis(["num_workers"]), [0.01] * 9, 10)
     assert_fails(rows, "16.profiler.spans_agree")
+    # a span for every batch, but two in ten of them 10 ms off: the spans do not mark the waits
+    assert_fails(diagnosis.checks(mysteries, {"A": "num_workers"}, _FakeDiagnosis(["none"]),
+                                  [0.0] * 8 + [0.01] * 2, 10), "16.profiler.spans_agree")
     named = expected_of(rows)["loader A: the knob the diagnosis names"]
     assert (named.measured, named.expected) == ("prefetch_factor", "num_workers")
     # no span found at all is a failure (the profiler's names moved), not a missing measurement

@@ -65,6 +65,8 @@ GIVEAWAYS: dict[str, list[str]] = {
                                   "without using the cpu or the gil", "runs under the step",
                                   "the transform of batch s+1 runs"],
     "followed_vs_predicted": ["each within its noise", "predicted 21.3", "66.8 → 22.3"],
+    "costliest_line": ["sorts all 8,000", "the dictionary is the same", "numbered anew", "vocabulary, sorted",
+                       "that line touches 8,000"],
     # the electives
     "04#2": ["compete for the same cores", "takes cpu from the step", "the step slows"],
     "08#2": ["the gain of workers shrinks", "can turn into a loss", "saves at most that"],

@@ -1,12 +1,14 @@
-"""Three loaders with a planted problem (notebook 16): :func:`mystery_loader`, their causes in
-:data:`PLANTED` (``helpers.diagnosis.PLANTED`` in the notebook), and :class:`SlowCollate`."""
+"""Loaders with a planted problem (notebook 16): :func:`mystery_loader`, their causes in
+:data:`PLANTED` (``helpers.diagnosis.PLANTED`` in the notebook), :class:`SlowCollate`, and
+:class:`Captions`, whose cause is one line of its ``__getitem__``."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
-from torch.utils.data import DataLoader
+import torch
+from torch.utils.data import DataLoader, Dataset
 
 
 # -- three loaders with a planted problem (notebook 16) -------------------------------------------
@@ -26,12 +28,30 @@ class SlowCollate:
         return default_collate(samples)
 
 
-#: The mystery loaders' planted causes, for the tests (the notebook does not print them first).
-PLANTED = {"A": "num_workers", "B": "collate_fn", "C": "persistent_workers"}
+class Captions(Dataset):
+    """Captions as token ids: each sample picks 12 words and pads them to 32 ids."""
+
+    def __init__(self, n: int, words: int = 8000):
+        self.n = n
+        self.words = [f"word{i:05d}" for i in range(words)]
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i):
+        ids = {word: k + 1 for k, word in enumerate(sorted(self.words))}
+        caption = [self.words[(i * 7 + k * 13) % len(self.words)] for k in range(12)]
+        tokens = [ids[word] for word in caption]
+        return torch.tensor(tokens + [0] * (32 - len(tokens)))
+
+
+#: The mystery loaders' planted causes, for the tests (the notebook does not print them first). D's is
+#: a line of its ``__getitem__``: the vocabulary, sorted and numbered anew for every sample.
+PLANTED = {"A": "num_workers", "B": "collate_fn", "C": "persistent_workers", "D": "sample_cost"}
 
 
 def mystery_loader(name: str, *, smoke: bool | None = None) -> tuple[DataLoader, Callable[[Any], Any], int]:
-    """One of three loaders with a planted problem: ``(loader, step, steps to diagnose)``."""
+    """One of four loaders with a planted problem: ``(loader, step, steps to diagnose)``."""
     from ..config import is_smoke
     from ..models import ModelledStep
     from .datasets import WorkDataset
@@ -59,4 +79,7 @@ def mystery_loader(name: str, *, smoke: bool | None = None) -> tuple[DataLoader,
             persistent_workers=False,
         )
         return loader, ModelledStep(0.01), 12 if smoke else 20
-    raise ValueError(f"mystery loaders are 'A', 'B' and 'C', got {name!r}")
+    if name == "D":
+        loader = DataLoader(Captions(2048), batch_size=16, shuffle=True, num_workers=1)
+        return loader, ModelledStep(0.01), 24 if smoke else 48
+    raise ValueError(f"mystery loaders are 'A', 'B', 'C' and 'D', got {name!r}")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from .bugs import plot_batch_sizes, plot_draws, plot_step_times, plot_stream_ids
 from .cells import plot_cell_outcomes
-from .diagnosis import plot_diagnosis
+from .diagnosis import plot_diagnosis, plot_profile
 from .model import (
     plot_bandwidth,
     plot_intervals,
@@ -33,6 +33,7 @@ __all__ = [
     "COLORS", "plot_timeline", "plot_timelines", "summary_line", "plot_bandwidth", "plot_intervals",
     "plot_ratios", "plot_speedup_curves", "plot_step_time_model", "show_reference_figure",
     "plot_concurrency", "plot_object_timings", "plot_requests", "plot_image_rates", "plot_ranks",
-    "plot_resume", "plot_worker_memory", "show_image", "plot_diagnosis", "plot_batch_sizes", "plot_draws",
+    "plot_resume", "plot_worker_memory", "show_image", "plot_diagnosis",
+    "plot_profile", "plot_batch_sizes", "plot_draws",
     "plot_step_times", "plot_stream_ids", "plot_cell_outcomes",
 ]

@@ -17,6 +17,7 @@ import cProfile
 import hashlib
 import os
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +30,9 @@ PROFILED, WATCHED = 1, 1
 MOST_BATCHES, BUDGET_S = 8, 1.5
 #: The learner's functions watched for repeated arguments: this many, the costliest first.
 WATCH = 4
+#: How often the line sampler looks at the profiled thread (s), and the switch interval it sets meanwhile
+#: so that it gets its turn at the GIL.
+LINE_EVERY_S = 0.0005
 
 
 @dataclass
@@ -46,6 +50,8 @@ class RawProfile:
     watched_samples: int = 0
     decoded_elements: int = 0  #: pixel values an image decoder produced in the watched batches
     wall_s: float = 0.0  #: the pass's own time
+    #: (file, line, function) of the learner's code the profiled thread was running -> times seen there
+    lines: dict[tuple, int] = field(default_factory=dict)
 
 
 def code_key(code: Any) -> tuple:
@@ -155,11 +161,43 @@ class _State:
         self.counting = False
         self.decoded = 0
         self.undo: list[tuple[Any, str, Any]] = []  #: (owner, name, what was there)
+        self.lines: dict[tuple, int] = {}
+        self._sampling: threading.Event | None = None
+        self._switch = sys.getswitchinterval()
         sys.addaudithook(self._audit)
+
+    def start(self) -> None:
+        """Profile this thread: cProfile for functions, and a thread that samples which line of the
+        learner's code it runs (cProfile sees functions, not lines)."""
+        self.profiler.enable()
+        self._sampling = threading.Event()
+        sys.setswitchinterval(LINE_EVERY_S)
+        threading.Thread(target=self._sample_lines, args=(threading.get_ident(), self._sampling),
+                         name="dataloader-lab line sampler", daemon=True).start()
+
+    def stop_sampling(self) -> None:
+        if self._sampling is not None:
+            self._sampling.set()
+            self._sampling = None
+            sys.setswitchinterval(self._switch)
+
+    def _sample_lines(self, target: int, done: threading.Event) -> None:
+        while not done.is_set():
+            frame = sys._current_frames().get(target)
+            while frame is not None:
+                path = frame.f_code.co_filename
+                if path[:1] != "<" and not path.startswith(self.library):
+                    key = (path, frame.f_lineno, getattr(frame.f_code, "co_qualname", frame.f_code.co_name))
+                    self.lines[key] = self.lines.get(key, 0) + 1
+                    break
+                frame = frame.f_back
+            del frame
+            done.wait(LINE_EVERY_S)
 
     def stop(self) -> None:
         """Put back what the watch replaced, and stop counting (the audit hook stays, silent)."""
         self.counting = False
+        self.stop_sampling()
         if self.profiler is not None:
             self.profiler.disable()
         for owner, name, original in reversed(self.undo):
@@ -234,7 +272,7 @@ class ProfilingInit:
         if self.user_init is not None:
             self.user_init(worker_id)
         state = _STATE[os.getpid()] = _State(self.library)
-        state.profiler.enable()
+        state.start()
 
 
 class ProfilingCollate:
@@ -253,7 +291,9 @@ class ProfilingCollate:
         if state.profiler is not None:
             if state.batches >= PROFILED:  # the profiled batches are done: what they cost, then watch
                 state.profiler.disable()
+                state.stop_sampling()
                 report["entries"] = entries_of(state.profiler)
+                report["lines"] = dict(state.lines)
                 state.start_watching(report["entries"])
                 state.profiler = None
         else:
@@ -287,7 +327,7 @@ def profile_samples(loader: Any) -> RawProfile | None:
             state = _STATE[os.getpid()] = _State(library)
             copy = with_changes(loader, collate_fn=ProfilingCollate(loader.collate_fn, library),
                                 pin_memory=False)
-            state.profiler.enable()
+            state.start()
         else:
             copy = with_changes(loader, collate_fn=ProfilingCollate(loader.collate_fn, library),
                                 worker_init_fn=ProfilingInit(loader.worker_init_fn, library),
@@ -312,6 +352,8 @@ def _add(raw: RawProfile, report: dict) -> None:
         raw.samples += report["samples"]
     if "entries" in report:
         merge_entries(raw.entries, report["entries"])
+        for key, times in report.get("lines", {}).items():
+            raw.lines[key] = raw.lines.get(key, 0) + times
     if "watched" in report:
         raw.watched_samples += report["samples"]
         raw.output_elements += report["elements"]

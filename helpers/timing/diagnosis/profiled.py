@@ -6,6 +6,7 @@ for a lock. Plain data, for :mod:`.rules`."""
 
 from __future__ import annotations
 
+import linecache
 import os
 import re
 from dataclasses import dataclass
@@ -40,6 +41,20 @@ class Cost:
 
 
 @dataclass(frozen=True)
+class Line:
+    """A line of the learner's code and the share of the samples of the profiled thread taken there
+    (a sampler looks at which line it runs every half millisecond)."""
+
+    where: str  #: "mysteries.py:42"
+    text: str  #: the line itself, stripped
+    function: str  #: the function that holds it
+    share: float  #: of the samples
+
+    def __str__(self) -> str:
+        return f"{self.where} `{self.text}`"
+
+
+@dataclass(frozen=True)
 class SampleProfile:
     """A sample's time, function by function (per sample: the fetch's time divided among its samples)."""
 
@@ -61,6 +76,7 @@ class SampleProfile:
     decoder: Cost | None = None  #: the decoding call that costs most (PIL's convert, say), where one ran
     decoding_in: Cost | None = None  #: the learner's function that calls it
     profile_s: float = 0.0  #: the profiling pass's own time (its workers' start-up included)
+    lines: tuple[Line, ...] = ()  #: the learner's lines the profiled thread was seen at, most first
 
     @property
     def culprit(self) -> Cost | None:
@@ -149,7 +165,8 @@ def read(raw: RawProfile, fetch_s: float, per_batch: int, library: tuple[str, ..
         if library_call and library_call[1] > own:
             call = cost(*library_call)
         elif own > 0:
-            inline = [k for k in users[key]["callees"] if _inline_name(k)]
+            inline = sorted((k for k in users[key]["callees"] if _inline_name(k)),
+                            key=lambda k: -entries[k]["total"] if k in entries else 0.0)
             kind = _inline_name(inline[0]) if inline and users[key]["inline"] < own / 2 else None
             call = Cost(f"its own Python ({kind or 'a loop'})", "", own / total * sample_s, own / total)
         break
@@ -186,7 +203,7 @@ def read(raw: RawProfile, fetch_s: float, per_batch: int, library: tuple[str, ..
         decoded_per_sample=raw.decoded_elements / samples,
         output_elements_per_sample=raw.output_elements / samples,
         lock_share=locks / total, samples=raw.samples, lock_call=lock_call, locked_in=locked_in,
-        decoder=decoder, decoding_in=decoding_in, profile_s=raw.wall_s)
+        decoder=decoder, decoding_in=decoding_in, profile_s=raw.wall_s, lines=_lines(raw.lines))
 
 
 def _own_and_callees(key: tuple, entries: dict[tuple, dict]) -> tuple[float, dict[tuple, float]]:
@@ -223,3 +240,27 @@ def _size(path: str) -> int:
         return os.path.getsize(path)
     except OSError:
         return 0
+
+
+def _lines(seen: dict[tuple, int], most: int = 5) -> tuple[Line, ...]:
+    """The lines the sampler saw most, with their text (from the file, as it is now). A line seen in a
+    comprehension and in the function that holds it counts once, under that function."""
+    total = sum(seen.values())
+    merged: dict[tuple[str, int], list] = {}
+    for (path, line, function), times in seen.items():
+        have = merged.setdefault((path, line), [function, 0])
+        have[1] += times
+        if "<locals>" in have[0] and "<locals>" not in function:
+            have[0] = function
+    ranked = sorted(merged.items(), key=lambda kv: -kv[1][1])[:most]
+    return tuple(Line(f"{os.path.basename(path)}:{line}", linecache.getline(path, line).strip(),
+                      function.split(".<locals>")[0], times / total)
+                 for (path, line), (function, times) in ranked if total)
+
+
+def line_in(profile: SampleProfile, function: Cost | None) -> Line | None:
+    """The line the sampler saw most inside ``function`` (the top line overall without one)."""
+    if not profile.lines:
+        return None
+    name = function.name if function is not None else None
+    return next((line for line in profile.lines if line.function == name), None if name else profile.lines[0])

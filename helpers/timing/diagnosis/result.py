@@ -23,6 +23,8 @@ from .thresholds import CPU_BOUND, input_scale
 #: Draws a Diagnosis, ``draw(diagnosis, title) -> Axes``: set by :mod:`helpers` (its ``__init__``) to
 #: :func:`helpers.plots.plot_diagnosis`, loaded on first use. The instrument imports no plots.
 draw: Callable[[Diagnosis, str | None], Any] | None = None
+#: Draws a Diagnosis's profile, ``draw_profile(diagnosis) -> Axes``: :func:`helpers.plots.plot_profile`.
+draw_profile: Callable[[Diagnosis], Any] | None = None
 
 
 def ramp_share(timeline: Timeline) -> float | None:
@@ -339,6 +341,9 @@ class Diagnosis:
         if p.call is not None:
             rows.append([f"...inside {p.culprit}",
                          f"{p.call}: {p.call.seconds * 1e3:.2f} ms, {p.call.share:.0%}"])
+        if p.lines:
+            rows.append(["...the line seen most (sampled)", f"{p.lines[0]}: {p.lines[0].share:.0%} of the "
+                         "samples"])
         return rows
 
     def profile_table(self, most: int = 8):
@@ -354,6 +359,8 @@ class Diagnosis:
         if p.call is not None:
             rows.append([f"↳ inside {p.culprit.name}: {p.call.name}", "", f"{p.call.seconds * 1e3:.2f}",
                          f"{p.call.share:.0%}"])
+        rows += [[f"line: {line.text}", line.where, "", f"{line.share:.0%} of the line samples"]
+                 for line in p.lines[:3]]
         return table(["function", "where", "ms per sample", "share of a sample"], rows,
                      caption=f"where a sample's time goes ({p.samples} samples profiled where the loader "
                              "runs them)")
@@ -388,6 +395,13 @@ class Diagnosis:
             raise RuntimeError("Diagnosis.plot draws with helpers.plots: import helpers first, "
                                "which connects them")
         return draw(self, title)
+
+    def plot_profile(self):
+        """Where a sample's time goes: a bar per function of the learner's code, ms per sample
+        (:func:`helpers.plots.plot_profile`, through :data:`draw_profile`)."""
+        if draw_profile is None:
+            raise RuntimeError("Diagnosis.plot_profile draws with helpers.plots: import helpers first")
+        return draw_profile(self)
 
     def trace(self, path: str | os.PathLike) -> Path:
         """A Perfetto / chrome://tracing trace of the run."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..advice import Recommendation, ms
-from ..profiled import SampleProfile
+from ..profiled import SampleProfile, line_in
 from ..thresholds import LOCK_SHARE, STAGE_SHARE, THROWN_AWAY
 from .context import Context
 
@@ -84,12 +84,14 @@ def chain_to(p: SampleProfile, function: Any) -> str:
 
 
 def sample_code(c: Context, more_workers_help: bool = False) -> Recommendation | None:
-    """The profile's advice, where a sample's cost is what the loop waits for: the workers are busy
-    (or there are none), and the part it names is at least ``STAGE_SHARE`` of a sample. A sample that
+    """The profile's advice, where a sample's cost is what the loop waits for: it waits, the workers
+    are busy (or there are none), and the part it names is at least ``STAGE_SHARE`` of a sample. A sample that
     waits (a sleep, a socket) where more workers are advised is left to that advice: more workers
     overlap the waits. ``more_workers_help``: a worker count was advised before this."""
     p = c.d.profile
-    if p is None or p.culprit is None or not (c.input_bound or c.saturated) or p.lock_share >= LOCK_SHARE:
+    if p is None or p.culprit is None or p.lock_share >= LOCK_SHARE:
+        return None
+    if not (c.input_bound or c.saturated or (c.waiting and c.workers_busy)):
         return None
     if c.workers > 0 and not (c.workers_busy or c.saturated):
         return None
@@ -114,9 +116,11 @@ def sample_code(c: Context, more_workers_help: bool = False) -> Recommendation |
              f"{p.output_elements_per_sample:,.0f} kept"}.get(cause, "")
     cores_full = "" if more_workers_help or not c.saturated else (
         f"; the {c.workers} workers already fill the {c.limits.describe()}{c.busy}: more workers cannot help")
+    line = line_in(p, function)
+    at = f" (the line: {line}, {line.share:.0%} of the samples)" if line is not None else ""
     return Recommendation(
         "sample_cost", f"{chain} spends {ms(share * p.sample_s)} of a sample's {ms(p.sample_s)} in "
-        f"{inside}: {remedy}",
+        f"{inside}{at}: {remedy}",
         f"profiled on {p.samples} samples where the loader runs them; {part} is {share:.0%} of a sample"
         + (f"; {signs}" if signs else "") + cores_full + f"; without it the model predicts {ms(predicted)} "
         f"per step against {ms(c.d.steady_step_s)} now", None, predicted,
