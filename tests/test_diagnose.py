@@ -79,7 +79,7 @@ def test_bad_arguments_are_refused():
     with pytest.raises(ValueError, match="steps"):
         helpers.diagnose(DataLoader(list(range(8))), steps=1)
     with pytest.raises(ValueError, match="mystery loaders"):
-        helpers.mystery_loader("D")
+        helpers.mystery_loader("E")
 
 
 def _cli(tmp_path, *args):
