@@ -43,8 +43,8 @@ GIVEAWAYS: dict[str, list[str]] = {
     # 00 · the two questions in words
     "00#1": ["in total, however many", "as many as the quota", "about 1 cpu however many"],
     # 00b · the shortcut
-    "wait_share_0_workers": ["three quarters", "75 %", "74 %", "72 / (72 + 25)", "72 / 97",
-                             "the wait *is* the load", "the waiting *is* the loading"],
+    "wait_share_after_advice": ["the wait share drops", "m is a sliver", "what remains is the step",
+                                "no worker count removes"],
     # the core path
     "per_batch_2_workers": ["0.25 s / 0.75 s", "0.25 and 0.75", "0.25 s and 0.75 s", "intervals alternate",
                             "max(n/x", "max(n / x", "every n/x", "every n / x", "x = ⌈n"],
@@ -185,11 +185,11 @@ def before_vote(prefix: str, index: int, chars: int) -> list[str]:
 
 
 def test_the_finder_finds_an_answer_read_before_its_vote():
-    texts = ["Expect *about 25 %*; the arithmetic, 72 / (72 + 25),\n and the run give about three quarters."]
-    assert giveaways(texts, "wait_share_0_workers") == ["'three quarters'", "'72 / (72 + 25)'"]
+    texts = ["Expect *about 5 %*: what remains is the step,\n and m is a sliver of it."]
+    assert giveaways(texts, "wait_share_after_advice") == ["'m is a sliver'", "'what remains is the step'"]
     assert giveaways(["![a figure](../images/blog_intervals.png)"], "per_batch_2_workers") == [
         "the figure blog_intervals.png"]
-    assert giveaways(["nothing of the kind"], "wait_share_0_workers") == []
+    assert giveaways(["nothing of the kind"], "wait_share_after_advice") == []
 
 
 def test_a_vote_in_words_is_found_and_read_up_to_its_paragraph(monkeypatch):
