@@ -212,7 +212,8 @@ def test_the_size_bound_names_a_long_module(tmp_path):
 #: Single-underscore attributes that are not torch internals: the process exit a server's watchdog
 #: calls, IPython's display protocol, the lab's own dataset field, ipykernel's list of the children
 #: its shutdown waits for (helpers/system.py, reap_children_at_kernel_shutdown).
-NOT_TORCH = {"os._exit", "_repr_html_", "_repr_mimebundle_", "dataset._factor", "Kernel._process_children"}
+NOT_TORCH = {"os._exit", "_repr_html_", "_repr_mimebundle_", "dataset._factor", "Kernel._process_children",
+             "sys._current_frames"}  # Python's own: the line sampler of the diagnosis's profile
 
 
 def private_torch_uses(path: Path) -> list[str]:
