@@ -51,10 +51,15 @@ def test_prefetchers_carry_no_timing_code():
     assert not any(f"from .{m}" in source for m in ("timeline", "hooks", "recorder"))
 
 
-def test_thread_prefetcher_stops_its_thread_when_the_loop_stops_early():
-    tl = helpers.record(wait_loader(items=20), None, max_batches=3,
+@pytest.mark.parametrize("item_wait_s, num_workers, max_batches", [(0.02, 2, 3), (0.3, 1, 1)])
+def test_thread_prefetcher_stops_its_thread_when_the_loop_stops_early(item_wait_s, num_workers, max_batches):
+    # With one worker and 0.3 s samples, the prefetcher's thread is inside the loader's next() when the
+    # loop stops: the recording ends the epoch's workers only once that next() has its batch (shut down
+    # under it, the thread would wait for good).
+    tl = helpers.record(wait_loader(items=6, item_wait_s=item_wait_s, num_workers=num_workers), None,
+                        max_batches=max_batches, progress=False,
                         wrap=lambda it: helpers.ThreadPrefetcher(it, helpers.HostTransform(), depth=1))
-    assert len(tl.batches) == 3
+    assert len(tl.batches) == max_batches
     deadline = time.monotonic() + 2
     while any(t.name == "ThreadPrefetcher" for t in threading.enumerate()) and time.monotonic() < deadline:
         time.sleep(0.02)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import threading
 from collections.abc import Callable, Iterator
 from time import perf_counter as clock
 from time import process_time
@@ -42,12 +43,27 @@ class _Unwrapped:
     def __init__(self, iterator: Iterator[Any]):
         self.iterator = iterator
         self.stamps: collections.deque[Stamped] = collections.deque()
+        self._taking = threading.Lock()  # held while the prefetcher's thread is inside next()
+        self._ended = False
 
     def __iter__(self) -> Iterator[Any]:
-        for item in self.iterator:
+        while True:
+            with self._taking:
+                if self._ended:
+                    return
+                item = next(self.iterator, None)
+            if item is None:
+                return
             self.stamps.append(item)
             yield item.data
             item.data = None  # the prefetcher holds the batch now; the envelope keeps the times
+
+    def end(self) -> None:
+        """Take no more batches: wait for a next() under way in the prefetcher's thread (its batch
+        comes from workers that are still running), then refuse the rest. Shutting the workers down
+        while that thread waits in next() would leave it waiting for good."""
+        with self._taking:
+            self._ended = True
 
 
 def _progress(loader: DataLoader, epochs: int, max_batches: int | None, label: str | None):
@@ -261,6 +277,7 @@ def _record_epoch(loader, step, epoch, t0, batches, max_batches, device, wrap, o
         close = getattr(source, "close", None)
         if close is not None:
             close()
+        unwrapped.end()
         spans = [Span(row, kind, start - t0, stop - t0, epoch, number)
                  for row, kind, start, stop, number in timer.spans(anchor)]
     # Without persistent workers, this epoch's workers end when the iterator goes (as in a
