@@ -83,8 +83,8 @@ def answer_text(answer: dict | None) -> str:
     if not answer:
         return "not measured"
     value, unit = answer["measured"], answer.get("unit", "")
-    if isinstance(value, str):
-        return value
+    if isinstance(value, str):  # a which-one question: the choice that was measured, as the room saw it
+        return answer.get("closest") or value
     number = f"{value:.3g}" if isinstance(value, float) else f"{value}"
     return f"{number}{unit}" if unit in ("×", "") else f"{number} {unit}"
 
@@ -103,7 +103,8 @@ def class_plan(root: Path = ROOT) -> str:
             question = next((m["question"] for m in modes.values() if m),
                             "in words: how much CPU spinning processes get" if number == "00"
                             else "not measured")
-            answer = (f"{answer_text(modes.get('full'))} · {answer_text(modes.get('quick'))}" if key else "—")
+            full, quick = answer_text(modes.get("full")), answer_text(modes.get("quick"))
+            answer = "—" if not key else f"{full} (both)" if full == quick else f"{full} · {quick}"
             times = meta.get("run_time_s")
             fallback = f"`images/{figure}`" if figure else "—"
             rows.append(f"| {first}–{last} | [{heading}](notebooks/{path.name}) | {question} | {answer} | "

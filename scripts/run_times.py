@@ -53,20 +53,25 @@ def with_line(source: str, text: str) -> str:
 def write(measured: dict, machine: str) -> None:
     """Record the measured notebooks' run times (both modes) and their votes' answers in their metadata,
     then write every notebook's run-time line from its metadata. A notebook not in ``measured`` keeps
-    the figures it has."""
+    the figures it has; one measured in a single mode keeps its run times and takes that mode's answers."""
     for path in notebooks():
         got = measured.get(path.stem)
         nb = json.loads(path.read_text())
         meta = nb["metadata"].setdefault("dataloader_lab", {})
         if got is not None:
-            if "full" not in got or "quick" not in got:
+            if "full" in got and "quick" in got:
+                meta["run_time_s"] = {"full": got["full"], "quick": got["quick"], "machine": machine}
+            elif "run_time_s" not in meta:
                 missing = "full" if "full" not in got else "quick"
                 raise SystemExit(f"{path.stem}: no {missing} run time in the measurements: run "
                                  "`make handouts` and `make handouts QUICK=1` on it first")
-            meta["run_time_s"] = {"full": got["full"], "quick": got["quick"], "machine": machine}
+            # else: measured in one mode only, it keeps the pair of run times it has (one machine, one
+            # run each); the answers of the mode measured are replaced
             keys = sorted({*got.get("answers_full", {}), *got.get("answers_quick", {})})
             if keys:
-                meta["answers"] = {key: {mode: got.get(f"answers_{mode}", {}).get(key)
+                held = meta.get("answers", {})
+                meta["answers"] = {key: {mode: (got[f"answers_{mode}"].get(key) if f"answers_{mode}" in got
+                                                else held.get(key, {}).get(mode))
                                          for mode in ("full", "quick")} for key in keys}
         if "run_time_s" in meta:
             first = nb["cells"][0]
