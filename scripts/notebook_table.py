@@ -30,10 +30,8 @@ CORE = ["01", "02", "03", "05", "06", "07", "16"]
 CLASS_MINUTES = 90
 #: The class, slot by slot: (first minute, last minute, notebook, the figure in images/ to show where a
 #: run is skipped). 00 runs on the class machines the day before; its slot is the check that it did.
-CLASS_PLAN = [(0, 5, "00", None), (5, 20, "01", "blog_intervals.png"),
-              (20, 35, "02", "num_workers_sizing.png"), (35, 45, "03", "prefetch_slow_samples.png"),
-              (45, 57, "05", "persistent_workers_spawn.png"), (57, 65, "06", "pinned_bandwidth.png"),
-              (65, 75, "07", "host_prefetch_thread.png"), (75, 90, "16", "diagnose_mysteries.png")]
+CLASS_PLAN = [(0, 5, "00"), (5, 20, "01"), (20, 35, "02"), (35, 45, "03"), (45, 57, "05"), (57, 65, "06"),
+              (65, 75, "07"), (75, 90, "16")]
 PLAN_START, PLAN_END = "<!-- class-plan:start -->", "<!-- class-plan:end -->"
 
 
@@ -95,10 +93,11 @@ def class_plan(root: Path = ROOT) -> str:
     found = {path.name.split("_")[0]: (path, heading, meta) for path, heading, meta in _notebooks(root)}
     rows = ["| min | notebook | the vote | measured answer, full size · quick | Run All, quick "
             "| if you skip the run |", "|---|---|---|---|---|---|"]
-    for first, last, number, figure in CLASS_PLAN:
+    for first, last, number in CLASS_PLAN:
         path, heading, meta = found[number]
         answers = meta.get("answers", {})
-        votes = [(key, modes) for key, modes in answers.items()] or [(None, {})]
+        source = path.read_text()  # the votes in the order the notebook asks them
+        votes = sorted(answers.items(), key=lambda item: source.find(f'\\"{item[0]}\\"')) or [(None, {})]
         for key, modes in votes:
             question = next((m["question"] for m in modes.values() if m),
                             "in words: how much CPU spinning processes get" if number == "00"
@@ -106,7 +105,7 @@ def class_plan(root: Path = ROOT) -> str:
             full, quick = answer_text(modes.get("full")), answer_text(modes.get("quick"))
             answer = "—" if not key else f"{full} (both)" if full == quick else f"{full} · {quick}"
             times = meta.get("run_time_s")
-            fallback = f"`images/{figure}`" if figure else "—"
+            fallback = f"`handouts/{path.stem}.html`" if number != "00" else "—"
             rows.append(f"| {first}–{last} | [{heading}](notebooks/{path.name}) | {question} | {answer} | "
                         f"{format_s(times['quick']) if times else 'not measured'} | {fallback} |")
     return "\n".join(rows)
