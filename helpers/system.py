@@ -247,7 +247,9 @@ class MachineDescription(dict):
             ("accelerator", self["accelerator"] or "CPU only (the lab models the step)"),
             ("start method", f"{self['start_method']} (available: {', '.join(self['start_methods'])})"),
             ("/dev/shm", shm_text),
-            ("smoke mode", "on" if self["smoke"] else "off"),
+            ("quick mode", "off" if not self["smoke"] else (
+                f"on: durations set with helpers.seconds() run ×{config.SMOKE_TIME_SCALE:g} "
+                f"(the text's 0.1 s step: {0.1 * config.SMOKE_TIME_SCALE:g} s); counts are smaller")),
         ]
 
     def __str__(self) -> str:
@@ -262,7 +264,7 @@ class MachineDescription(dict):
 
 def describe_machine() -> MachineDescription:
     """Effective cores (with where each limit came from), Python, torch, torchvision, accelerator,
-    start method, /dev/shm, smoke mode."""
+    start method, /dev/shm, quick mode."""
     limits = cores.cpu_limits()
     # The installed version, read from its metadata as notebook 00's setup check reads it: importing
     # torchvision to ask costs ~0.6 s in every kernel, and only notebook 14 uses it.

@@ -125,7 +125,7 @@ def compile_backend() -> tuple[str, str]:
     Dynamo's tracing); at full size ``"inductor"`` where its C++ compiler is found (generated code,
     built by that compiler: seconds per compile), else ``"aot_eager"`` (also traces the backward)."""
     if is_smoke():
-        return "eager", "smoke mode: Dynamo's capture and guards only (the recompiles are the same)"
+        return "eager", "quick mode: Dynamo's capture and guards only (the recompiles are the same)"
     if sys.platform == "win32":
         return "aot_eager", "full size, on Windows (inductor's CPU code needs MSVC's cl set up)"
     compiler = os.environ.get("CXX") or ("clang++" if sys.platform == "darwin" else "g++")
