@@ -26,6 +26,11 @@ MAIN_SHARE = 0.25
 #: Workers count as busy (what the loop waits for) when their fetches take at least this share of the
 #: loop's time per step between them; computing workers fill the cores at this share of them.
 BUSY_WORKERS = 0.5
+#: A loop that waits but not, by the instrument's reading, for batches not yet built still waits for its
+#: workers when their pace is at least this share of its time per step (the instrument can file such a
+#: wait as the main process taking batches in); below it, the workers keep ahead and a sample's cost
+#: is not what the loop waits for.
+NEAR_PACE = 0.8
 #: Slow fetches count as landing on one worker when this share of them did.
 CONCENTRATED = 0.7
 #: A part of the main process's share names the advice when it is at least this share of it.

@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader, IterableDataset
 from ....cores import cpu_limits
 from ...theory import recommend_num_workers
 from ..advice import ms
-from ..thresholds import BUSY_WORKERS, COLLATE_SHARE, INPUT_BOUND, MAIN_SHARE, WORTH
+from ..thresholds import BUSY_WORKERS, COLLATE_SHARE, INPUT_BOUND, MAIN_SHARE, NEAR_PACE, WORTH
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,7 @@ class Context:
     waiting: bool  #: the loop waits at all (after each worker's first batch)
     worth: bool  #: more workers would save at least WORTH of a step
     workers_busy: bool  #: the workers' pace is what the loop waits for
+    workers_at_pace: bool  #: the workers' pace is close to the loop's (NEAR_PACE)
     saturated: bool  #: computing workers fill the cores
     main_bound: bool  #: the main process's own share bounds the step
     collate_heavy: bool
@@ -114,6 +115,7 @@ class Context:
                    limits=limits, cores=cores, capacity=capacity, needed=needed, target=target,
                    more_s=more_s, cpu_bound=cpu_bound, input_bound=d.steady_data_wait_share >= INPUT_BOUND,
                    waiting=waiting, worth=more_s <= (1 - WORTH) * d.steady_step_s,
-                   workers_busy=workers_pace >= BUSY_WORKERS * loop_s, saturated=saturated,
+                   workers_busy=workers_pace >= BUSY_WORKERS * loop_s,
+                   workers_at_pace=workers_pace >= NEAR_PACE * loop_s, saturated=saturated,
                    main_bound=main_bound,
                    collate_heavy=d.collate_s is not None and d.collate_s >= COLLATE_SHARE * n)

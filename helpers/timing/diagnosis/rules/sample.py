@@ -91,7 +91,7 @@ def sample_code(c: Context, more_workers_help: bool = False) -> Recommendation |
     p = c.d.profile
     if p is None or p.culprit is None or p.lock_share >= LOCK_SHARE:
         return None
-    if not (c.input_bound or c.saturated or (c.waiting and c.workers_busy)):
+    if not (c.input_bound or c.saturated or (c.waiting and c.workers_at_pace)):
         return None
     if c.workers > 0 and not (c.workers_busy or c.saturated):
         return None
