@@ -388,10 +388,10 @@ def test_loaders_of_every_kind_get_the_advice_a_careful_engineer_would_give(quie
     # (loader, step in s, the knobs the advice must be); fetches that wait 8 ms (dicts: 12 ms) per batch
     # against a 5 ms step need more workers; loaders whose samples cost nothing keep up with it. The dicts
     # wait 12 ms, not 8: at 8 ms the loop can wait 57 % after the first batch, only 2 % for
-    # batches not yet built (the rest: the main process taking each batch in), so the worker's 8 ms kept
-    # ahead of the loop and the diagnosis said "none"; at 12 ms the worker is the bound either way. Not 16:
-    # a 16 ms batch (n ~ 16.8 ms here, m ~ 0.65 ms) sits on the rule's edge, n / (y + m) = 2.97, and CI
-    # read 4 workers once; 12 ms gives 2.3, mid-way between 2 and 3 (3 for any m up to 1.4 ms, 2 above).
+    # batches not yet built (the rest: the main process taking each batch in), so the worker keeps
+    # ahead of the loop and "none" is right; at 12 ms the worker is the bound either way. Not 16:
+    # a 16 ms batch (n ~ 16.8 ms, m ~ 0.65 ms) sits on the rule's edge, n / (y + m) = 2.97, where 3 or 4
+    # workers are both right; 12 ms gives 2.3, mid-way between 2 and 3 (3 for any m up to 1.4 ms, 2 above).
     cases = {
         "iterable, 0 workers": (DataLoader(helpers.WorkStream(48, item_wait_s=0.004), batch_size=2), 0.005,
                                 ["num_workers"]),
@@ -400,8 +400,8 @@ def test_loaders_of_every_kind_get_the_advice_a_careful_engineer_would_give(quie
         "custom batch_sampler, 2 workers": (DataLoader(DictItems(48), batch_sampler=PairSampler(48),
                                                        num_workers=2), 0.02, ["none"]),
         # 20 ms, not 5: with 0 workers the fetch and its overhead (0.3-0.5 ms) sit on the loop's path,
-        # 6-9 % of a 5 ms step, astride the 5 % line between "keeps up" and "moderately input-bound" (it
-        # failed 2 runs in 4); this case is about pin_memory without an accelerator, not that line.
+        # 6-9 % of a 5 ms step, astride the 5 % line between "keeps up" and "moderately input-bound";
+        # this case is about pin_memory without an accelerator, not that line.
         "pin_memory, no accelerator": (DataLoader(helpers.WorkDataset(48, item_shape=(8,)), batch_size=4,
                                                   pin_memory=True), 0.02, ["none"]),
         # 20 ms for the same reason: each sample crosses from the worker on its own (0.3-0.4 ms on a
@@ -441,7 +441,7 @@ def test_idle_workers_get_no_advice_about_their_collate_or_their_samples(quiet_m
     # Batches of two dicts each (a string, two tensors) against a 5 ms step: the loop waited a third of
     # the time here (the hand-over of each small batch), while the 2 workers fetched ~1 ms per batch —
     # half of that collate, all of it on the CPU. Advice to collate faster or load cheaper samples
-    # (both once given) cannot help workers that are idle most of the time.
+    # cannot help workers that are idle most of the time.
     from diagnose_loaders import DictItems, PairSampler
 
     d = _diagnose(DataLoader(DictItems(48), batch_sampler=PairSampler(48), num_workers=2), 0.005, steps=12)
