@@ -22,7 +22,7 @@ from .batches import private_copy, private_copy_all, spare_descriptors, stacked_
 from .loaders import with_changes
 from .result import Diagnosis, Followed
 from .rules import recommend
-from .thresholds import INPUT_BOUND, NEAR_PACE
+from .rules.context import Context
 
 
 def _others_busy_cores(window_s: float = 0.25) -> float | None:
@@ -147,10 +147,8 @@ def diagnose(
                   sampler_s=sampler_alone(loader), storages=storages_in(kept[0]) if kept else None,
                   stacked=stacked_share(kept[0], loader.batch_size) if kept else None,
                   device=None if device is None else str(device))
-    loop_s = (d.replay_step_s or 0.0) + d.main_s
-    at_pace = d.fetch_mean_s / max(loader.num_workers, 1) >= NEAR_PACE * loop_s
-    if step is not None and (d.steady_data_wait_share >= INPUT_BOUND
-                             or (d.steady_wait_share >= INPUT_BOUND and at_pace)):
+    c = Context.of(d, loader, device)  # the rules' own reading: profile where the sample rule can speak
+    if step is not None and (c.input_bound or (c.waiting and c.workers_at_pace)):
         # the loop waits, and the workers' fetches are what it waits for: where a sample's time goes
         # says what to cut
         d.profile = profile_sample(loader, d)
